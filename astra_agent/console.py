@@ -1,0 +1,73 @@
+"""What every CLI shares: one error printer, one exit-code policy, one rich console."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+
+from astra_agent.errors import AstraError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(message)s",
+        handlers=[RichHandler(console=err_console, show_path=False, show_time=False)],
+        force=True,
+    )
+    for noisy in ("httpx", "httpcore", "mcp"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+def fail(exc: AstraError) -> typer.Exit:
+    """Print ``exc`` as one clear message and return the Exit to raise."""
+    err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False, markup=True)
+    if exc.hint:
+        err_console.print(f"[yellow]hint:[/] {exc.hint}", highlight=False)
+    return typer.Exit(exc.exit_code)
+
+
+def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Decorator for typer commands: AstraError → message + exit code, Ctrl-C → 130."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except AstraError as exc:
+            raise fail(exc) from None
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/]")
+            sys.stderr.flush()
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def placeholder_app(name: str, coming: str) -> typer.Typer:
+    """A CLI whose commands are still to come: says so, exits 0 on --help, 2 otherwise."""
+    app = typer.Typer(name=name, help=f"{name}: {coming}", no_args_is_help=True)
+
+    @app.command("status")
+    def status() -> None:
+        """Say what this command will do once it lands."""
+        console.print(f"{name} is not built yet. Coming: {coming}")
+
+    @app.callback()
+    def main() -> None:
+        pass
+
+    return app

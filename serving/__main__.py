@@ -1,0 +1,3 @@
+from serving.cli import app
+
+app()

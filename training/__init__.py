@@ -1,0 +1,1 @@
+"""Data pipelines and SFT / RLVR recipes (verl at scale, TRL on one machine)."""
