@@ -26,9 +26,11 @@ $(SERVE)/.installed: scripts/setup-serve.sh
 	bash scripts/setup-mcp.sh .mcp-servers
 	touch $@
 
+PY_DIRS := astra_agent serving eval training tests bench
+
 lint: setup-main
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check $(PY_DIRS)
+	$(VENV)/bin/ruff format --check $(PY_DIRS)
 
 typecheck: setup-main
 	$(VENV)/bin/mypy

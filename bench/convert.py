@@ -22,20 +22,22 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+PEAK = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]) * 1024"
+# VmHWM (peak RSS of this process image); ru_maxrss would carry the parent's over exec.
 NAIVE = """
-import resource, sys, time, torch
+import sys, time, torch
 from transformers import AutoModelForCausalLM
 t = time.perf_counter()
 m = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.bfloat16)
 m.save_pretrained(sys.argv[2])
-print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(time.perf_counter() - t, PEAK)
 """
 OURS = """
-import resource, sys, time
+import sys, time
 from serving.convert import convert_checkpoint
 t = time.perf_counter()
 convert_checkpoint(sys.argv[1], sys.argv[2])
-print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(time.perf_counter() - t, PEAK)
 """
 
 
@@ -45,10 +47,15 @@ def make_checkpoint(root: Path, layers: int, hidden: int, inter: int, vocab: int
 
     root.mkdir(parents=True)
     cfg = Qwen3Config(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
-        num_hidden_layers=layers, num_attention_heads=hidden // 128,
-        num_key_value_heads=hidden // 128, head_dim=128, tie_word_embeddings=False,
-    )  # fmt: skip
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 128,
+        num_key_value_heads=hidden // 128,
+        head_dim=128,
+        tie_word_embeddings=False,
+    )
     cfg.architectures = ["Qwen3ForCausalLM"]
     cfg.save_pretrained(root)
     gen = torch.Generator().manual_seed(0)
@@ -62,19 +69,21 @@ def make_checkpoint(root: Path, layers: int, hidden: int, inter: int, vocab: int
         if i % per_shard == 0 and i:
             groups.append({})
         p = f"model.layers.{i}."
-        groups[-1].update({
-            p + "self_attn.q_proj.weight": rnd(hidden, hidden),
-            p + "self_attn.k_proj.weight": rnd(hidden, hidden),
-            p + "self_attn.v_proj.weight": rnd(hidden, hidden),
-            p + "self_attn.o_proj.weight": rnd(hidden, hidden),
-            p + "self_attn.q_norm.weight": torch.ones(128),
-            p + "self_attn.k_norm.weight": torch.ones(128),
-            p + "mlp.gate_proj.weight": rnd(inter, hidden),
-            p + "mlp.up_proj.weight": rnd(inter, hidden),
-            p + "mlp.down_proj.weight": rnd(hidden, inter),
-            p + "input_layernorm.weight": torch.ones(hidden),
-            p + "post_attention_layernorm.weight": torch.ones(hidden),
-        })  # fmt: skip
+        groups[-1].update(
+            {
+                p + "self_attn.q_proj.weight": rnd(hidden, hidden),
+                p + "self_attn.k_proj.weight": rnd(hidden, hidden),
+                p + "self_attn.v_proj.weight": rnd(hidden, hidden),
+                p + "self_attn.o_proj.weight": rnd(hidden, hidden),
+                p + "self_attn.q_norm.weight": torch.ones(128),
+                p + "self_attn.k_norm.weight": torch.ones(128),
+                p + "mlp.gate_proj.weight": rnd(inter, hidden),
+                p + "mlp.up_proj.weight": rnd(inter, hidden),
+                p + "mlp.down_proj.weight": rnd(hidden, inter),
+                p + "input_layernorm.weight": torch.ones(hidden),
+                p + "post_attention_layernorm.weight": torch.ones(hidden),
+            }
+        )
     groups[-1].update(
         {"model.norm.weight": torch.ones(hidden), "lm_head.weight": rnd(vocab, hidden)}
     )
@@ -95,8 +104,10 @@ def make_checkpoint(root: Path, layers: int, hidden: int, inter: int, vocab: int
 def run(code: str, src: Path, dst: Path) -> tuple[float, int]:
     shutil.rmtree(dst, ignore_errors=True)
     subprocess.run(["cat", *map(str, src.glob("*.safetensors"))], stdout=subprocess.DEVNULL)
-    out = subprocess.run([sys.executable, "-c", code, str(src), str(dst)],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    code = code.replace("PEAK", PEAK)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(src), str(dst)], capture_output=True, text=True, check=True
+    )
     wall, rss = out.stdout.strip().splitlines()[-1].split()
     return float(wall), int(rss)
 
@@ -116,13 +127,17 @@ def main() -> None:
     largest = make_checkpoint(src, args.layers, args.hidden, args.intermediate, args.vocab)
     total = sum(p.stat().st_size for p in src.glob("*.safetensors"))
     shards = len(list(src.glob("*.safetensors")))
-    print(f"synthetic fp32 checkpoint: {total / 1e9:.2f} GB in {shards} shards, "
-          f"largest {largest / 1e9:.2f} GB (built in {time.perf_counter() - t:.0f} s)")  # fmt: skip
+    print(
+        f"synthetic fp32 checkpoint: {total / 1e9:.2f} GB in {shards} shards, "
+        f"largest {largest / 1e9:.2f} GB (built in {time.perf_counter() - t:.0f} s)"
+    )
     naive_t, naive_rss = run(NAIVE, src, args.workdir / "naive")
     ours_t, ours_rss = run(OURS, src, args.workdir / "ours")
     print(f"{'method':<34}{'wall s':>9}{'peak RSS GB':>13}{'RSS/largest shard':>19}")
-    for name, w, r in (("naive from_pretrained+save", naive_t, naive_rss),
-                       ("astra-serve convert", ours_t, ours_rss)):  # fmt: skip
+    for name, w, r in (
+        ("naive from_pretrained+save", naive_t, naive_rss),
+        ("astra-serve convert", ours_t, ours_rss),
+    ):
         print(f"{name:<34}{w:>9.1f}{r / 1e9:>13.2f}{r / largest:>19.2f}")
     print(f"ratio ours/naive: wall {ours_t / naive_t:.2f}x, peak RSS {ours_rss / naive_rss:.2f}x")
     ok_rss, ok_time = ours_rss < 1.5 * largest, ours_t <= naive_t

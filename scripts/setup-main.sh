@@ -4,9 +4,12 @@ set -euo pipefail
 venv=${1:-.venv}
 py=${PYTHON:-python3}
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
+# pip --quiet still warns about empty local index folders on some machines: filter that out.
+pip() { "$venv/bin/python" -m pip "$@" --quiet --disable-pip-version-check 2>&1 \
+  | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+  return "${PIPESTATUS[0]}"; }
 # torch 2.13.0: on a machine without a GPU pip finds the CPU wheel on disk (find-links);
 # elsewhere PyPI's build of the same version.
-"${pip[@]}" "torch==2.13.0"
-"${pip[@]}" -e ".[train,dev]"
+pip install "torch==2.13.0"
+pip install -e ".[train,dev]"
 "$venv/bin/python" -c "import torch, transformers, verl, trl, mcp, openai; print('main env ok:', torch.__version__, transformers.__version__)"

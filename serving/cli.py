@@ -106,9 +106,13 @@ def convert(
             bar.update(task, completed=done, total=total, what=what[-48:])
 
         result = convert_checkpoint(
-            src, dst, dtype=dtype, max_shard_size=max_shard_size, overwrite=overwrite,
+            src,
+            dst,
+            dtype=dtype,
+            max_shard_size=max_shard_size,
+            overwrite=overwrite,
             progress=progress,
-        )  # fmt: skip
+        )
     console.print(
         f"wrote {result.dst}: {result.tensors} tensors in {result.shards} shard(s), "
         f"{result.bytes_written / 1e9:.2f} GB {dtype} (from {result.source_kind}), verified"
@@ -153,10 +157,17 @@ def up(
     from serving.server import VLLMServer
 
     cfg = _serve_config(
-        model, profile, config, host=host, port=port, served_model_name=served_model_name,
-        max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
-        api_key=api_key, startup_timeout_s=startup_timeout,
-    )  # fmt: skip
+        model,
+        profile,
+        config,
+        host=host,
+        port=port,
+        served_model_name=served_model_name,
+        max_model_len=max_model_len,
+        tensor_parallel_size=tensor_parallel_size,
+        api_key=api_key,
+        startup_timeout_s=startup_timeout,
+    )
     server = VLLMServer(cfg)
     if dry_run:
         console.print(" ".join(server.preflight()), soft_wrap=True, highlight=False)

@@ -1,16 +1,22 @@
-"""The README's first command, first version: tiny checkpoint → bf16 → vLLM-CPU → one request."""
+"""The README's first command: tiny checkpoint → bf16 → vLLM on CPU → `astra-agent run` with a
+real MCP server (mcp-server-time)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from astra_agent.console import console
+from astra_agent.errors import AstraError
 from serving.convert import convert_checkpoint
-from serving.endpoint_check import CHECK_MESSAGES, CHECK_TOOL
 from serving.server import VLLMServer, load_serve_config
 from serving.tiny import build_tiny_checkpoint
+
+DEMO_TASK = "What time is it in UTC right now?"
+DEMO_MCP = {"mcpServers": {"time": {"command": "mcp-server-time"}}}
 
 
 def prepare_tiny(workdir: Path) -> Path:
@@ -23,27 +29,42 @@ def prepare_tiny(workdir: Path) -> Path:
     return bf16
 
 
-def run_demo(workdir: Path, port: int) -> dict:
+def run_demo(workdir: Path, port: int) -> int:
     t0 = time.monotonic()
+    workdir.mkdir(parents=True, exist_ok=True)
     model = prepare_tiny(workdir)
-    console.print(f"[bold]1.[/] tiny checkpoint built and converted to bf16: {model}")
+    console.print(f"[bold]1.[/] tiny checkpoint built (fp32) and converted to bf16: {model}")
     cfg = load_serve_config("tiny-cpu", model=model, port=port)
     server = VLLMServer(cfg)
     with console.status(f"[bold]2.[/] starting vLLM on CPU (log: {server.log_file})"):
         server.start()
     try:
         took = time.monotonic() - t0
-        console.print(f"[bold]2.[/] vLLM ready at {server.base_url} ({took:.0f} s)")
-        import openai
-
-        client = openai.OpenAI(base_url=server.base_url, api_key="EMPTY")
-        reply = client.chat.completions.create(
-            model=cfg.served_model_name, messages=CHECK_MESSAGES, tools=[CHECK_TOOL]
+        console.print(
+            f"[bold]2.[/] vLLM serves {cfg.served_model_name} at {server.base_url} ({took:.0f} s)"
         )
-        msg = reply.choices[0].message.model_dump(exclude_none=True)
-        console.print("[bold]3.[/] one tool-calling chat request through the openai client:")
-        console.print_json(json.dumps(msg))
-        console.print(f"finish_reason={reply.choices[0].finish_reason}")
-        return msg
+        mcp = workdir / "mcp.json"
+        mcp.write_text(json.dumps(DEMO_MCP, indent=2))
+        cmd = [
+            sys.executable,
+            "-m",
+            "astra_agent",
+            "run",
+            DEMO_TASK,
+            "--config",
+            str(mcp),
+            "--base-url",
+            server.base_url,
+            "--show-reasoning",
+            "--save",
+            str(workdir / "trajectories.jsonl"),
+        ]
+        shown = ["astra-agent", *cmd[3:]]
+        console.print(f"[bold]3.[/] {' '.join(shown)}", highlight=False, soft_wrap=True)
+        code = subprocess.run(cmd, check=False).returncode
+        if code:
+            raise AstraError(f"astra-agent run exited with {code}")
+        console.print(f"trajectory appended to {workdir / 'trajectories.jsonl'}")
+        return code
     finally:
         server.stop()

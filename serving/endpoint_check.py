@@ -116,10 +116,15 @@ def _judge(kind: str, reply: Reply) -> list[Check]:
     out: list[Check] = []
     leaked = [t for t in TAGS if t in reply.content]
     if leaked:
-        out.append(Check(f"{kind}: no raw tags in content", False,
-                         f"content carries {', '.join(leaked)}: is the server started with "
-                         "--enable-auto-tool-choice --tool-call-parser hermes "
-                         "--reasoning-parser qwen3?"))  # fmt: skip
+        out.append(
+            Check(
+                f"{kind}: no raw tags in content",
+                False,
+                f"content carries {', '.join(leaked)}: is the server started with "
+                "--enable-auto-tool-choice --tool-call-parser hermes "
+                "--reasoning-parser qwen3?",
+            )
+        )
     if reply.tool_calls:
         bad = []
         for c in reply.tool_calls:
@@ -129,14 +134,24 @@ def _judge(kind: str, reply: Reply) -> list[Check]:
                 bad.append(c["name"])
         ok = not bad and all(c["name"] for c in reply.tool_calls)
         names = ", ".join(f"{c['name']}({c['arguments']})" for c in reply.tool_calls)
-        out.append(Check(f"{kind}: structured tool_calls", ok,
-                         names if ok else f"unparseable arguments in {bad}"))  # fmt: skip
+        out.append(
+            Check(
+                f"{kind}: structured tool_calls",
+                ok,
+                names if ok else f"unparseable arguments in {bad}",
+            )
+        )
     else:
         why = f"the model called no tool (finish_reason={reply.finish_reason})"
         out.append(Check(f"{kind}: structured tool_calls", None, why))
     if reply.reasoning_field:
-        out.append(Check(f"{kind}: structured reasoning", True,
-                         f"in `{reply.reasoning_field}`: {reply.reasoning[:60]!r}"))  # fmt: skip
+        out.append(
+            Check(
+                f"{kind}: structured reasoning",
+                True,
+                f"in `{reply.reasoning_field}`: {reply.reasoning[:60]!r}",
+            )
+        )
     else:
         out.append(Check(f"{kind}: structured reasoning", None, "no reasoning returned"))
     return out

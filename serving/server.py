@@ -136,20 +136,32 @@ def vllm_command(cfg: ServeConfig, python: str) -> list[str]:
     if tp == "auto":
         tp = max(1, gpu_count())
     cmd = [
-        python, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(cfg.model),
-        "--served-model-name", cfg.served_model_name,
-        "--host", cfg.host,
-        "--port", str(cfg.port),
-        "--max-model-len", str(cfg.max_model_len),
-        "--tensor-parallel-size", str(tp),
-        "--dtype", cfg.dtype,
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(cfg.model),
+        "--served-model-name",
+        cfg.served_model_name,
+        "--host",
+        cfg.host,
+        "--port",
+        str(cfg.port),
+        "--max-model-len",
+        str(cfg.max_model_len),
+        "--tensor-parallel-size",
+        str(tp),
+        "--dtype",
+        cfg.dtype,
         "--enable-auto-tool-choice",
-        "--tool-call-parser", "hermes",
-        "--reasoning-parser", "qwen3",
+        "--tool-call-parser",
+        "hermes",
+        "--reasoning-parser",
+        "qwen3",
         "--enable-prefix-caching" if cfg.enable_prefix_caching else "--no-enable-prefix-caching",
-        "--generation-config", "auto",
-    ]  # fmt: skip
+        "--generation-config",
+        "auto",
+    ]
     if gpu_count() > 0:
         cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
     if cfg.enforce_eager:
@@ -209,9 +221,13 @@ class VLLMServer:
         log.info("starting vLLM: %s", " ".join(cmd))
         with self.log_file.open("wb") as logf:
             self.proc = subprocess.Popen(
-                cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True,
-            )  # fmt: skip
+                cmd,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
         try:
             self.wait_ready()
         except BaseException:

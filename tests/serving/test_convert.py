@@ -45,8 +45,12 @@ def test_tiny_bit_exact_with_index_and_files(tiny_fp32: Path, tmp_path: Path) ->
     assert index["metadata"]["total_size"] == res.bytes_written
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["dtype"] == "bfloat16"
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
-                 "generation_config.json"):  # fmt: skip
+    for name in (
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "generation_config.json",
+    ):
         assert (out / name).read_bytes() == (tiny_fp32 / name).read_bytes()
     # the result loads in transformers as bf16
     from transformers import AutoModelForCausalLM

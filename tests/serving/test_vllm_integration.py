@@ -90,8 +90,10 @@ def test_endpoint_check_passes_strict(vllm_server: VLLMServer) -> None:
 def test_check_cli_against_the_server(vllm_server: VLLMServer) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "serving", "check", "--base-url", vllm_server.base_url, "--strict"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "structured tool_calls" in out.stdout and "FAIL" not in out.stdout
 
@@ -101,7 +103,9 @@ def test_check_fails_on_wrong_model_and_unreachable(vllm_server: VLLMServer) -> 
     assert not report.passed()
     out = subprocess.run(
         [sys.executable, "-m", "serving", "check", "--base-url", "http://127.0.0.1:9/v1"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1
     assert "cannot reach" in out.stderr

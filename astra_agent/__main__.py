@@ -1,0 +1,3 @@
+from astra_agent.cli import app
+
+app()

@@ -1,0 +1,231 @@
+"""The one episode loop: model ↔ environment until the model stops calling tools or a limit.
+
+Every failure of a call — invalid JSON arguments, an unknown tool, arguments that fail the
+tool's schema, a tool error, a timeout — becomes a tool result the model can read; the episode
+goes on and the event is counted. Parallel calls run concurrently; results go back in call
+order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from astra_agent.environment import Environment, ToolResult, ToolSpec
+from astra_agent.errors import ServerError
+from astra_agent.model import ChatModel, DeltaHook, ModelTurn, ToolCall
+from astra_agent.trajectory import CallEvent, CallStatus, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+class EpisodeLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int = Field(20, ge=1, description="model calls per episode")
+    max_tokens: int | None = Field(None, ge=1, description="prompt+completion tokens, summed")
+    max_time_s: float | None = Field(None, gt=0, description="wall time of the episode")
+    tool_timeout_s: float = Field(120.0, gt=0)
+    max_tool_output_chars: int = Field(20_000, ge=200)
+    parallel_tool_calls: bool = True
+
+
+def truncate_middle(text: str, limit: int) -> tuple[str, bool]:
+    """Keep the head and the tail of ``text`` within ``limit`` characters, with a marker."""
+    if len(text) <= limit:
+        return text, False
+    cut = len(text) - limit
+    marker = f"\n…[{cut} characters truncated]…\n"
+    keep = max(0, limit - len(marker))
+    head = keep * 2 // 3
+    tail = keep - head
+    return text[:head] + marker + (text[-tail:] if tail else ""), True
+
+
+def _schema_error(params: dict[str, Any], args: Any) -> str | None:
+    import jsonschema
+
+    try:
+        jsonschema.validate(args, params)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path)
+        return f"{exc.message}" + (f" (at '{where}')" if where else "")
+    except jsonschema.SchemaError:
+        return None  # the tool's own schema is broken: let the tool decide
+    return None
+
+
+@dataclass
+class _Outcome:
+    result: ToolResult
+    status: CallStatus
+    duration_s: float
+
+
+async def _run_call(
+    env: Environment, tools: dict[str, ToolSpec], call: ToolCall, limits: EpisodeLimits
+) -> _Outcome:
+    t0 = time.monotonic()
+
+    def done(text: str, status: CallStatus, error: bool = True) -> _Outcome:
+        return _Outcome(ToolResult(text, is_error=error), status, time.monotonic() - t0)
+
+    spec = tools.get(call.name)
+    if spec is None:
+        names = ", ".join(sorted(tools)) or "none"
+        return done(f"Error: unknown tool '{call.name}'. Available tools: {names}.", "unknown_tool")
+    try:
+        args = json.loads(call.arguments) if call.arguments.strip() else {}
+    except json.JSONDecodeError as exc:
+        return done(
+            f"Error: the arguments of '{call.name}' are not valid JSON ({exc.msg} at "
+            f"position {exc.pos}). Send a JSON object matching the tool's parameters.",
+            "invalid_json",
+        )
+    if not isinstance(args, dict):
+        return done(f"Error: the arguments of '{call.name}' must be a JSON object.", "schema_error")
+    problem = _schema_error(spec.parameters, args)
+    if problem:
+        return done(f"Error: invalid arguments for '{call.name}': {problem}", "schema_error")
+    try:
+        result = await asyncio.wait_for(env.call_tool(call.name, args), limits.tool_timeout_s)
+    except TimeoutError:
+        return done(
+            f"Error: tool '{call.name}' timed out after {limits.tool_timeout_s:g} s.", "timeout"
+        )
+    except Exception as exc:  # an environment bug must not kill the episode
+        log.exception("tool %s raised", call.name)
+        return done(f"Error: tool '{call.name}' failed: {type(exc).__name__}: {exc}", "tool_error")
+    status: CallStatus = "tool_error" if result.is_error else "ok"
+    return _Outcome(result, status, time.monotonic() - t0)
+
+
+TurnHook = Callable[[ModelTurn], Awaitable[None] | None]
+ResultHook = Callable[[ToolCall, ToolResult], Awaitable[None] | None]
+
+
+async def _maybe_await(value: Awaitable[None] | None) -> None:
+    if value is not None:
+        await value
+
+
+async def run_episode(
+    model: ChatModel,
+    env: Environment,
+    messages: list[dict[str, Any]],
+    *,
+    limits: EpisodeLimits | None = None,
+    tools: list[ToolSpec] | None = None,
+    on_turn: TurnHook | None = None,
+    on_result: ResultHook | None = None,
+    on_delta: DeltaHook | None = None,
+    trajectory: Trajectory | None = None,
+) -> Trajectory:
+    """Run one episode from ``messages``; return its trajectory (never raises for tool or
+    model failures: they end up in the trajectory).
+
+    Pass ``trajectory`` to continue one (multi-turn evaluation: append the next user message
+    to ``trajectory.messages`` and call again); its counters keep adding up.
+    """
+    limits = limits or EpisodeLimits()
+    t_start = time.monotonic()
+    specs = tools if tools is not None else await env.list_tools()
+    by_name = {t.name: t for t in specs}
+    traj = trajectory or Trajectory(tools=[t.to_openai() for t in specs])
+    if trajectory is None:
+        traj.messages = [dict(m) for m in messages]
+    else:
+        traj.messages.extend(dict(m) for m in messages)
+    schemas = [t.to_openai() for t in specs]
+    steps = 0
+    while True:
+        if steps >= limits.max_steps:
+            _end(traj, "max_steps", f"{limits.max_steps} model calls")
+            break
+        if limits.max_time_s and time.monotonic() - t_start >= limits.max_time_s:
+            _end(traj, "max_time", f"{limits.max_time_s:g} s")
+            break
+        t0 = time.monotonic()
+        try:
+            coro = model.complete(traj.messages, schemas or None, on_delta)
+            left = limits.max_time_s - (t0 - t_start) if limits.max_time_s else None
+            turn = await asyncio.wait_for(coro, left) if left else await coro
+        except TimeoutError:
+            _end(traj, "max_time", f"{limits.max_time_s:g} s (waiting for the model)")
+            break
+        except ServerError as exc:
+            _end(traj, "model_error", str(exc))
+            break
+        finally:
+            traj.timings.model_s += time.monotonic() - t0
+        steps += 1
+        traj.steps += 1
+        traj.model = traj.model or (model.config.model or "")
+        traj.usage.prompt_tokens += turn.prompt_tokens
+        traj.usage.completion_tokens += turn.completion_tokens
+        traj.recovered_calls += turn.recovered
+        traj.messages.append(turn.to_message())
+        if on_turn:
+            await _maybe_await(on_turn(turn))
+        if turn.finish_reason == "length":
+            _end(traj, "length", "the reply hit the model's token limit")
+            break
+        if not turn.tool_calls:
+            if turn.content.strip() or turn.reasoning.strip():
+                _end(traj, "stop")
+            else:
+                _end(traj, "empty_reply", "the model returned nothing")
+            break
+        await _run_calls(env, by_name, turn, traj, limits, on_result)
+        if limits.max_tokens and traj.usage.total_tokens >= limits.max_tokens:
+            _end(traj, "max_tokens", f"{traj.usage.total_tokens} ≥ {limits.max_tokens} tokens")
+            break
+    traj.timings.total_s += time.monotonic() - t_start
+    return traj
+
+
+async def _run_calls(
+    env: Environment,
+    by_name: dict[str, ToolSpec],
+    turn: ModelTurn,
+    traj: Trajectory,
+    limits: EpisodeLimits,
+    on_result: ResultHook | None,
+) -> None:
+    t0 = time.monotonic()
+    calls = turn.tool_calls
+    if limits.parallel_tool_calls:
+        outcomes = await asyncio.gather(*(_run_call(env, by_name, c, limits) for c in calls))
+    else:
+        outcomes = [await _run_call(env, by_name, c, limits) for c in calls]
+    traj.timings.tools_s += time.monotonic() - t0
+    for call, out in zip(calls, outcomes, strict=True):
+        text, truncated = truncate_middle(out.result.text, limits.max_tool_output_chars)
+        traj.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        traj.events.append(
+            CallEvent(
+                step=traj.steps,
+                call_id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                status=out.status,
+                duration_s=round(out.duration_s, 6),
+                output_chars=len(out.result.text),
+                truncated=truncated,
+                recovered=call.recovered,
+            )
+        )
+        if on_result:
+            await _maybe_await(on_result(call, out.result))
+
+
+def _end(traj: Trajectory, reason: Any, detail: str = "") -> None:
+    traj.termination = reason
+    traj.termination_detail = detail

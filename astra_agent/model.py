@@ -1,0 +1,328 @@
+"""The model client: any OpenAI-compatible chat endpoint, with Qwen3's contract handled.
+
+* reasoning is read from ``reasoning`` (newer vLLM) or ``reasoning_content``;
+* the current tool loop's reasoning is sent back as ``reasoning_content`` (what Qwen3's chat
+  template reads); earlier turns' reasoning is dropped, as the template does;
+* ``<tool_call>{…}</tool_call>`` blocks that the server's parser left in ``content`` or in the
+  reasoning are recovered as calls (a malformed one becomes a call whose arguments fail to
+  parse, so the model is told) and counted, never silently lost;
+* retries with exponential backoff on 429, 5xx and connection errors; a request timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from astra_agent.errors import ConfigError, ServerError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+
+
+class ModelConfig(BaseModel):
+    """Endpoint and sampling. Defaults: the local server `astra-serve up` starts, and Qwen3's
+    recommended thinking-mode sampling."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = DEFAULT_BASE_URL
+    api_key: str | None = None
+    model: str | None = None  # None: the first model the endpoint lists
+    temperature: float = Field(0.6, ge=0.0, le=2.0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    top_k: int | None = 20
+    min_p: float | None = 0.0
+    max_tokens: int | None = Field(None, ge=1)
+    request_timeout_s: float = Field(600.0, gt=0)
+    max_retries: int = Field(4, ge=0)
+    retry_backoff_s: float = Field(0.5, ge=0)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text, as the model wrote it
+    recovered: bool = False
+
+    def to_message(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass
+class ModelTurn:
+    content: str
+    reasoning: str
+    tool_calls: list[ToolCall]
+    finish_reason: str | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    recovered: int = 0
+    latency_s: float = 0.0
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def to_message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.reasoning:
+            msg["reasoning_content"] = self.reasoning
+        if self.tool_calls:
+            msg["tool_calls"] = [c.to_message() for c in self.tool_calls]
+        return msg
+
+
+def _new_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def recover_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
+    """Pull ``<tool_call>`` blocks out of ``text``; return the rest and the calls found.
+
+    A block that is not JSON with a name still becomes a call (name ``?`` if unknown, the raw
+    text as arguments), so the episode loop reports it to the model instead of dropping it.
+    """
+    if "<tool_call>" not in text:
+        return text, []
+    calls: list[ToolCall] = []
+    for m in TOOL_CALL_BLOCK.finditer(text):
+        body = m.group(1).strip()
+        try:
+            obj = json.loads(body)
+            name = obj["name"]
+            args = obj.get("arguments", obj.get("parameters", {}))
+            if not isinstance(name, str):
+                raise TypeError("name is not a string")
+            arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            found = re.search(r'"name"\s*:\s*"([^"]+)"', body)
+            name, arguments = (found.group(1) if found else "?"), body
+        calls.append(ToolCall(_new_id(), name, arguments, recovered=True))
+    rest = TOOL_CALL_BLOCK.sub("", text).strip()
+    return rest, calls
+
+
+def _reasoning_of(obj: Any) -> str:
+    extra = getattr(obj, "model_extra", None) or {}
+    for key in ("reasoning", "reasoning_content"):
+        value = getattr(obj, key, None) or extra.get(key)
+        if value:
+            return str(value)
+    return ""
+
+
+def prepare_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What is sent: reasoning kept only after the last user message (the current tool loop),
+    under ``reasoning_content``; our bookkeeping fields stripped."""
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    out = []
+    for i, m in enumerate(messages):
+        m = {k: v for k, v in m.items() if k not in ("reasoning",)}
+        if m.get("role") == "assistant":
+            if i < last_user:
+                m.pop("reasoning_content", None)
+            if m.get("content") is None:
+                m["content"] = ""
+        out.append(m)
+    return out
+
+
+def _retryable(exc: Exception) -> bool:
+    import openai
+
+    if isinstance(exc, openai.APIConnectionError | openai.APITimeoutError):
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code == 429 or exc.status_code >= 500
+    return False
+
+
+class ChatModel:
+    """Async client for an OpenAI-compatible chat endpoint (vLLM first)."""
+
+    def __init__(self, config: ModelConfig | None = None, **overrides: Any) -> None:
+        import openai
+
+        self.config = (config or ModelConfig()).model_copy(update=overrides)
+        self._client = openai.AsyncOpenAI(
+            base_url=self.config.base_url,
+            api_key=self.config.api_key or "EMPTY",
+            timeout=self.config.request_timeout_s,
+            max_retries=0,  # ours, with backoff and logging
+        )
+        self._model = self.config.model
+
+    async def model_name(self) -> str:
+        if self._model is None:
+            models = await self._with_retries(self._client.models.list)
+            ids = [m.id for m in models.data]
+            if not ids:
+                raise ServerError(f"{self.config.base_url} serves no model")
+            self._model = ids[0]
+        return self._model
+
+    async def check_model(self) -> str:
+        """Fail early (ConfigError) if the configured model is not served."""
+        models = await self._with_retries(self._client.models.list)
+        ids = [m.id for m in models.data]
+        if self._model is not None and self._model not in ids:
+            raise ConfigError(
+                f"model {self._model!r} is not served at {self.config.base_url}; "
+                f"served: {', '.join(ids) or 'none'}"
+            )
+        return await self.model_name()
+
+    async def _with_retries(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        import openai
+
+        attempt = 0
+        while True:
+            try:
+                return await fn(*args, **kwargs)
+            except openai.APIError as exc:
+                if not _retryable(exc) or attempt >= self.config.max_retries:
+                    raise ServerError(f"{self.config.base_url}: {_describe(exc)}") from exc
+                delay = self.config.retry_backoff_s * 2**attempt * (0.5 + random.random())
+                log.warning("%s; retry %d in %.1f s", _describe(exc), attempt + 1, delay)
+                attempt += 1
+                await asyncio.sleep(delay)
+
+    def _params(self, stream: bool) -> dict[str, Any]:
+        c = self.config
+        extra = dict(c.extra_body)
+        if c.top_k is not None:
+            extra.setdefault("top_k", c.top_k)
+        if c.min_p is not None:
+            extra.setdefault("min_p", c.min_p)
+        params: dict[str, Any] = {"temperature": c.temperature, "top_p": c.top_p, "stream": stream}
+        if c.max_tokens is not None:
+            params["max_tokens"] = c.max_tokens
+        if extra:
+            params["extra_body"] = extra
+        return params
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        on_delta: DeltaHook | None = None,
+    ) -> ModelTurn:
+        """One model call. With ``on_delta`` the reply is streamed: ``on_delta(kind, text)``
+        gets each piece of ``reasoning`` and ``content`` as it arrives."""
+        model = await self.model_name()
+        stream = on_delta is not None
+        kwargs = {"model": model, "messages": prepare_messages(messages), **self._params(stream)}
+        if tools:
+            kwargs["tools"] = tools
+        if stream:
+            kwargs["stream_options"] = {"include_usage": True}
+        t0 = time.monotonic()
+        r = await self._with_retries(self._client.chat.completions.create, **kwargs)
+        if stream:
+            assert on_delta is not None
+            turn = await _collect_stream(r, on_delta)
+            turn.latency_s = time.monotonic() - t0
+            return recover(turn)
+        if not r.choices:
+            raise ServerError(f"{self.config.base_url} returned no choices")
+        choice = r.choices[0]
+        msg = choice.message
+        calls = [
+            ToolCall(tc.id or _new_id(), tc.function.name, tc.function.arguments or "{}")
+            for tc in (msg.tool_calls or [])
+            if getattr(tc, "function", None) is not None
+        ]
+        turn = ModelTurn(
+            content=msg.content or "",
+            reasoning=_reasoning_of(msg),
+            tool_calls=calls,
+            finish_reason=choice.finish_reason,
+            prompt_tokens=getattr(r.usage, "prompt_tokens", 0) or 0,
+            completion_tokens=getattr(r.usage, "completion_tokens", 0) or 0,
+            latency_s=time.monotonic() - t0,
+        )
+        return recover(turn)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+DeltaHook = Callable[[str, str], None]
+
+
+async def _collect_stream(stream: Any, on_delta: DeltaHook) -> ModelTurn:
+    turn = ModelTurn(content="", reasoning="", tool_calls=[], finish_reason=None)
+    parts: dict[int, list[str]] = {}  # index → [id, name, arguments]
+    async for chunk in stream:
+        if getattr(chunk, "usage", None):
+            turn.prompt_tokens = chunk.usage.prompt_tokens or 0
+            turn.completion_tokens = chunk.usage.completion_tokens or 0
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        delta = choice.delta
+        reasoning = _reasoning_of(delta)
+        if reasoning:
+            turn.reasoning += reasoning
+            on_delta("reasoning", reasoning)
+        if delta.content:
+            turn.content += delta.content
+            on_delta("content", delta.content)
+        for tc in delta.tool_calls or []:
+            slot = parts.setdefault(tc.index, ["", "", ""])
+            slot[0] = tc.id or slot[0]
+            if tc.function is not None:
+                slot[1] += tc.function.name or ""
+                slot[2] += tc.function.arguments or ""
+        turn.finish_reason = choice.finish_reason or turn.finish_reason
+    turn.tool_calls = [
+        ToolCall(p[0] or _new_id(), p[1], p[2] or "{}") for _, p in sorted(parts.items())
+    ]
+    return turn
+
+
+def recover(turn: ModelTurn) -> ModelTurn:
+    """Recover calls the server's parsers missed, from content first, then from reasoning."""
+    if turn.tool_calls:
+        return turn
+    content, calls = recover_tool_calls(turn.content)
+    if calls:
+        turn.content = content
+    else:
+        reasoning, calls = recover_tool_calls(turn.reasoning)
+        if calls:
+            turn.reasoning = reasoning.replace("</think>", "").strip()
+    if calls:
+        log.info("recovered %d tool call(s) the server's parser left in text", len(calls))
+        turn.tool_calls, turn.recovered = calls, len(calls)
+        if turn.finish_reason == "stop":
+            turn.finish_reason = "tool_calls"
+    return turn
+
+
+def _describe(exc: Exception) -> str:
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return "request timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"cannot connect ({exc.__cause__ or exc})"
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: {str(exc.message)[:300]}"
+    return str(exc)[:300]

@@ -1,0 +1,7 @@
+"""Project-owned test doubles that speak real protocols over real sockets or pipes.
+
+* :mod:`astra_agent.testing.scripted_server` — a scripted OpenAI-compatible chat server (HTTP),
+  for deterministic model behaviour in tests and benchmarks. It is a fake model, named as such.
+* :mod:`astra_agent.testing.mcp_fixture` — an MCP server whose tools can crash, hang, start
+  slowly, fail and return huge outputs on demand.
+"""

@@ -1,0 +1,134 @@
+"""Trajectories: what an episode did, as JSONL records directly usable as SFT data.
+
+``messages`` are OpenAI-format chat messages; assistant messages carry their thinking in
+``reasoning_content`` (the field Qwen3's chat template reads) and their calls in ``tool_calls``
+with JSON-string arguments; ``tools`` are the OpenAI function schemas that were offered. So
+``tokenizer.apply_chat_template(record["messages"], tools=record["tools"])`` renders a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from astra_agent.errors import ConfigError
+
+Termination = Literal[
+    "stop",  # the model answered without calling a tool
+    "max_steps",
+    "max_tokens",
+    "max_time",
+    "length",  # the model's reply was cut by its token limit
+    "empty_reply",
+    "model_error",  # the endpoint failed after retries
+]
+CallStatus = Literal["ok", "tool_error", "invalid_json", "unknown_tool", "schema_error", "timeout"]
+
+
+class CallEvent(BaseModel):
+    """One tool call: what was asked, how it went, how long it took."""
+
+    step: int
+    call_id: str
+    name: str
+    arguments: str
+    status: CallStatus
+    duration_s: float
+    output_chars: int = 0
+    truncated: bool = False
+    recovered: bool = False  # parsed by us from text the server's parser left behind
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class Timings(BaseModel):
+    total_s: float = 0.0
+    model_s: float = 0.0
+    tools_s: float = 0.0
+
+
+class Trajectory(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    created: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    model: str = ""
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    steps: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    timings: Timings = Field(default_factory=Timings)
+    termination: Termination = "stop"
+    termination_detail: str = ""
+    events: list[CallEvent] = Field(default_factory=list)
+    recovered_calls: int = 0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def final_answer(self) -> str:
+        for m in reversed(self.messages):
+            if m.get("role") == "assistant" and not m.get("tool_calls"):
+                return m.get("content") or ""
+        return ""
+
+    def counts(self) -> dict[str, int]:
+        """Tool-call events by status, plus recoveries."""
+        out: dict[str, int] = {}
+        for e in self.events:
+            out[e.status] = out.get(e.status, 0) + 1
+        if self.recovered_calls:
+            out["recovered"] = self.recovered_calls
+        return out
+
+    def to_json_line(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False) + "\n"
+
+
+def append_jsonl(path: str | Path, record: Trajectory | BaseModel | dict[str, Any]) -> None:
+    """Append one record as one line, whole: a single write on an O_APPEND descriptor."""
+    if isinstance(record, Trajectory):
+        line = record.to_json_line()
+    elif isinstance(record, BaseModel):
+        line = record.model_dump_json() + "\n"
+    else:
+        line = json.dumps(record, ensure_ascii=False) + "\n"
+    data = line.encode()
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        written = os.write(fd, data)
+        while written < len(data):  # a short write (rare) still lands in one piece on disk
+            written += os.write(fd, data[written:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_jsonl(path: str | Path) -> Iterator[Trajectory]:
+    """Read trajectories; a torn last line (a killed writer) is skipped, others are errors."""
+    p = Path(path)
+    lines = p.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            yield Trajectory.model_validate_json(line)
+        except ValueError as exc:
+            if i == len(lines) - 1:
+                return
+            raise ConfigError(f"{p}:{i + 1} is not a trajectory record: {exc}") from exc

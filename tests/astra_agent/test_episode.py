@@ -1,0 +1,361 @@
+"""The episode loop against the scripted OpenAI-compatible server (real HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from astra_agent.environment import ToolSpec
+from astra_agent.episode import EpisodeLimits, run_episode, truncate_middle
+from astra_agent.function_env import FunctionEnvironment
+from astra_agent.model import ChatModel, ModelConfig, recover_tool_calls
+from astra_agent.testing.scripted_server import Reply, ScriptedServer
+from astra_agent.trajectory import Trajectory, append_jsonl, read_jsonl
+
+OBJ = {"type": "object"}
+
+
+def spec(name: str, props: dict[str, Any] | None = None, required: list[str] | None = None):
+    params = {"type": "object", "properties": props or {}, "required": required or []}
+    return ToolSpec(name=name, description=f"tool {name}", parameters=params)
+
+
+def make_env(peer: asyncio.Event | None = None) -> FunctionEnvironment:
+    peer = peer or asyncio.Event()
+
+    async def wait_peer() -> str:
+        await peer.wait()
+        return "peer seen"
+
+    async def set_peer() -> str:
+        peer.set()
+        return "peer set"
+
+    async def sleep(seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return "slept"
+
+    def boom() -> str:
+        raise RuntimeError("kaboom")
+
+    return FunctionEnvironment(
+        [
+            (
+                spec("add", {"a": {"type": "integer"}, "b": {"type": "integer"}}, ["a", "b"]),
+                lambda a, b: {"sum": a + b},
+            ),
+            (spec("wait_peer"), wait_peer),
+            (spec("set_peer"), set_peer),
+            (spec("sleep", {"seconds": {"type": "number"}}, ["seconds"]), sleep),
+            (spec("boom"), boom),
+            (
+                spec("huge", {"n": {"type": "integer"}}),
+                lambda n: "H" * (n // 2) + "T" * (n - n // 2),
+            ),
+        ]
+    )
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    with ScriptedServer([Reply(content="hi")]) as srv:
+        yield srv
+
+
+def model_for(srv: ScriptedServer, **kw: Any) -> ChatModel:
+    cfg = ModelConfig(base_url=srv.base_url, model="scripted", retry_backoff_s=0.01, **kw)
+    return ChatModel(cfg)
+
+
+async def episode(
+    srv: ScriptedServer, replies: list[Reply], limits: EpisodeLimits | None = None, **model_kw: Any
+) -> Trajectory:
+    srv.set_script(replies)
+    model = model_for(srv, **model_kw)
+    try:
+        return await run_episode(
+            model, make_env(), [{"role": "user", "content": "go"}], limits=limits
+        )
+    finally:
+        await model.close()
+
+
+def tool_msgs(traj: Trajectory) -> list[str]:
+    return [m["content"] for m in traj.messages if m["role"] == "tool"]
+
+
+async def test_simple_call_then_answer(server: ScriptedServer) -> None:
+    traj = await episode(
+        server,
+        [
+            Reply(reasoning="think", tool_calls=[("add", '{"a": 2, "b": 3}')]),
+            Reply(content="5"),
+        ],
+    )
+    assert traj.termination == "stop" and traj.final_answer == "5"
+    assert tool_msgs(traj) == ['{"sum": 5}']
+    assert [e.status for e in traj.events] == ["ok"]
+    assert traj.steps == 2 and traj.usage.prompt_tokens > 0
+    assert traj.messages[1]["reasoning_content"] == "think"
+    assert traj.tools[0]["function"]["name"] == "add"
+
+
+async def test_parallel_calls_run_concurrently_and_return_in_order(server: ScriptedServer) -> None:
+    # wait_peer only returns once set_peer has run: sequential execution would time out.
+    calls = [("wait_peer", "{}"), ("set_peer", "{}"), ("add", '{"a": 1, "b": 1}')]
+    traj = await episode(
+        server, [Reply(tool_calls=calls), Reply(content="done")], EpisodeLimits(tool_timeout_s=5)
+    )
+    assert tool_msgs(traj) == ["peer seen", "peer set", '{"sum": 2}']
+    ids = [c["id"] for c in traj.messages[1]["tool_calls"]]
+    assert [m["tool_call_id"] for m in traj.messages if m["role"] == "tool"] == ids
+    assert all(e.status == "ok" for e in traj.events)
+
+
+async def test_sequential_mode_really_is_sequential(server: ScriptedServer) -> None:
+    calls = [("wait_peer", "{}"), ("set_peer", "{}")]
+    traj = await episode(
+        server,
+        [Reply(tool_calls=calls), Reply(content="done")],
+        EpisodeLimits(tool_timeout_s=0.3, parallel_tool_calls=False),
+    )
+    assert [e.status for e in traj.events] == ["timeout", "ok"]
+
+
+@pytest.mark.parametrize(
+    "call,status,needle",
+    [
+        (("add", '{"a": 1,'), "invalid_json", "not valid JSON"),
+        (("nope", "{}"), "unknown_tool", "unknown tool 'nope'. Available tools: add, boom"),
+        (("add", '{"a": "x", "b": 1}'), "schema_error", "'x' is not of type 'integer'"),
+        (("add", '{"a": 1}'), "schema_error", "'b' is a required property"),
+        (("add", "[1, 2]"), "schema_error", "must be a JSON object"),
+        (("boom", "{}"), "tool_error", "RuntimeError: kaboom"),
+        (("sleep", '{"seconds": 5}'), "timeout", "timed out after 0.2 s"),
+    ],
+)
+async def test_bad_calls_become_results_and_the_loop_goes_on(
+    server: ScriptedServer, call: tuple[str, str], status: str, needle: str
+) -> None:
+    traj = await episode(
+        server,
+        [Reply(tool_calls=[call]), Reply(content="recovered")],
+        EpisodeLimits(tool_timeout_s=0.2),
+    )
+    assert traj.termination == "stop" and traj.final_answer == "recovered"
+    (event,) = traj.events
+    assert event.status == status
+    assert needle in tool_msgs(traj)[0]
+    assert traj.counts() == {status: 1}
+
+
+async def test_call_left_inside_reasoning_is_recovered(server: ScriptedServer) -> None:
+    # vLLM's qwen3 parser keeps a call written inside an unclosed <think> as reasoning.
+    leaked = 'let me add <tool_call>\n{"name": "add", "arguments": {"a": 4, "b": 4}}\n</tool_call>'
+    traj = await episode(server, [Reply(reasoning=leaked), Reply(content="8")])
+    assert tool_msgs(traj) == ['{"sum": 8}']
+    assert traj.recovered_calls == 1 and traj.events[0].recovered
+    assert traj.messages[1]["reasoning_content"] == "let me add"
+    assert traj.counts() == {"ok": 1, "recovered": 1}
+
+
+async def test_calls_left_in_content_are_recovered_malformed_one_reported(
+    server: ScriptedServer,
+) -> None:
+    # vLLM's hermes parser returns everything as content if one call is malformed.
+    content = (
+        '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "add", "arguments": {"a": 1, \n</tool_call>'
+    )
+    traj = await episode(server, [Reply(content=content), Reply(content="ok")])
+    assert [e.status for e in traj.events] == ["ok", "invalid_json"]
+    assert traj.recovered_calls == 2
+    assert traj.messages[1]["content"] == ""
+    assert len(traj.messages[1]["tool_calls"]) == 2
+
+
+async def test_finish_reason_length_ends_the_episode(server: ScriptedServer) -> None:
+    traj = await episode(server, [Reply(content="aaaa", finish_reason="length")])
+    assert traj.termination == "length"
+
+
+async def test_empty_reply_ends_the_episode(server: ScriptedServer) -> None:
+    traj = await episode(server, [Reply(content="")])
+    assert traj.termination == "empty_reply"
+
+
+async def test_500_then_success_is_retried(server: ScriptedServer) -> None:
+    traj = await episode(server, [Reply(status=500), Reply(status=429), Reply(content="fine")])
+    assert traj.termination == "stop" and traj.final_answer == "fine"
+    assert len(server.requests) == 3
+
+
+async def test_request_timeout_ends_with_model_error(server: ScriptedServer) -> None:
+    traj = await episode(
+        server, [Reply(content="late", delay_s=2)], request_timeout_s=0.3, max_retries=1
+    )
+    assert traj.termination == "model_error"
+    assert "timed out" in traj.termination_detail
+    assert len(server.requests) == 2  # the first try and one retry
+
+
+async def test_client_errors_are_not_retried(server: ScriptedServer) -> None:
+    traj = await episode(server, [Reply(status=400)])
+    assert traj.termination == "model_error" and "HTTP 400" in traj.termination_detail
+    assert len(server.requests) == 1
+
+
+async def test_max_steps_and_max_tokens(server: ScriptedServer) -> None:
+    loop = [Reply(tool_calls=[("add", '{"a": 1, "b": 1}')])]
+    traj = await episode(server, loop, EpisodeLimits(max_steps=3))
+    assert traj.termination == "max_steps" and traj.steps == 3 and len(traj.events) == 3
+    loop = [Reply(tool_calls=[("add", '{"a": 1, "b": 1}')], prompt_tokens=60, completion_tokens=40)]
+    traj = await episode(server, loop, EpisodeLimits(max_tokens=250))
+    assert traj.termination == "max_tokens" and traj.steps == 3
+
+
+async def test_max_time(server: ScriptedServer) -> None:
+    loop = [Reply(tool_calls=[("sleep", '{"seconds": 0.2}')])]
+    traj = await episode(server, loop, EpisodeLimits(max_time_s=0.5))
+    assert traj.termination == "max_time"
+    assert traj.timings.total_s < 2
+
+
+async def test_long_outputs_are_cut_head_and_tail_kept(server: ScriptedServer) -> None:
+    traj = await episode(
+        server,
+        [Reply(tool_calls=[("huge", '{"n": 100000}')]), Reply(content="k")],
+        EpisodeLimits(max_tool_output_chars=1000),
+    )
+    (out,) = tool_msgs(traj)
+    assert len(out) <= 1000 and out.startswith("HHH") and out.endswith("TTT")
+    assert "characters truncated" in out
+    assert traj.events[0].truncated and traj.events[0].output_chars == 100000
+
+
+def test_truncate_middle_edges() -> None:
+    assert truncate_middle("abc", 10) == ("abc", False)
+    text, cut = truncate_middle("x" * 500, 200)
+    assert cut and len(text) <= 200
+
+
+async def test_reasoning_of_the_current_loop_is_sent_back_earlier_dropped(
+    server: ScriptedServer,
+) -> None:
+    server.set_script(
+        [
+            Reply(reasoning="R1", tool_calls=[("add", '{"a": 1, "b": 1}')]),
+            Reply(reasoning="R2", content="two"),
+            Reply(reasoning="R3", tool_calls=[("add", '{"a": 2, "b": 2}')]),
+            Reply(content="four"),
+        ]
+    )
+    model = model_for(server)
+    env = make_env()
+    traj = await run_episode(model, env, [{"role": "user", "content": "q1"}])
+    await run_episode(model, env, [{"role": "user", "content": "q2"}], trajectory=traj)
+    await model.close()
+    sent = server.requests
+    assert sent[1]["messages"][1]["reasoning_content"] == "R1"  # current loop: sent back
+    last = sent[3]["messages"]
+    assert [m.get("reasoning_content") for m in last if m["role"] == "assistant"] == [
+        None,
+        None,
+        "R3",
+    ]  # earlier turns' reasoning dropped
+    assert traj.final_answer == "four" and traj.steps == 4
+
+
+async def test_reasoning_content_field_of_older_vllm_is_read(server: ScriptedServer) -> None:
+    traj = await episode(
+        server, [Reply(reasoning="old-style", content="x", reasoning_field="reasoning_content")]
+    )
+    assert traj.messages[1]["reasoning_content"] == "old-style"
+
+
+async def test_wrong_model_name_is_a_clear_error(server: ScriptedServer) -> None:
+    from astra_agent.errors import ConfigError
+
+    model = ChatModel(ModelConfig(base_url=server.base_url, model="gpt-nope"))
+    with pytest.raises(ConfigError, match="not served"):
+        await model.check_model()
+    await model.close()
+
+
+def test_recover_tool_calls_unit() -> None:
+    rest, calls = recover_tool_calls('a <tool_call>{"name": "f", "arguments": "{}"}</tool_call> b')
+    assert rest == "a  b" and calls[0].name == "f" and calls[0].arguments == "{}"
+    rest, calls = recover_tool_calls('<tool_call>{"name": "g", "arguments": {"x": 1}}')  # unclosed
+    assert calls[0].name == "g" and json.loads(calls[0].arguments) == {"x": 1}
+    _, calls = recover_tool_calls('<tool_call>{"name": "g", "arguments": {"x": 1}')  # malformed
+    assert calls[0].name == "g" and calls[0].arguments == '{"name": "g", "arguments": {"x": 1}'
+    assert recover_tool_calls("plain") == ("plain", [])
+
+
+async def test_trajectory_jsonl_round_trip_and_renders_with_chat_template(
+    server: ScriptedServer, tiny_fp32: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    traj = await episode(
+        server,
+        [
+            Reply(reasoning="plan", tool_calls=[("add", '{"a": 2, "b": 3}'), ("boom", "{}")]),
+            Reply(reasoning="final thoughts", content="5"),
+        ],
+    )
+    path = tmp_path / "t.jsonl"
+    append_jsonl(path, traj)
+    append_jsonl(path, traj)
+    back = list(read_jsonl(path))
+    assert len(back) == 2 and back[0] == traj
+    record = json.loads(path.read_text().splitlines()[0])
+    tok = AutoTokenizer.from_pretrained(tiny_fp32)
+    text = tok.apply_chat_template(record["messages"], tools=record["tools"], tokenize=False)
+    assert '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>' in text
+    assert '<tool_response>\n{"sum": 5}\n</tool_response>' in text
+    assert "<think>\nplan\n</think>" in text and "final thoughts" in text
+    assert text.count("<|im_start|>assistant") == 2
+
+
+def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    append_jsonl(path, Trajectory())
+    with path.open("a") as f:
+        f.write('{"id": "half')
+    assert len(list(read_jsonl(path))) == 1
+
+
+async def test_streaming_gives_the_same_trajectory(server: ScriptedServer) -> None:
+    replies = [
+        Reply(reasoning="let me think about it", tool_calls=[("add", '{"a": 20, "b": 22}')]),
+        Reply(reasoning="done thinking", content="The answer is 42."),
+    ]
+    plain = await episode(server, replies)
+    server.set_script(replies)
+    pieces: list[tuple[str, str]] = []
+    model = model_for(server)
+    streamed = await run_episode(
+        model,
+        make_env(),
+        [{"role": "user", "content": "go"}],
+        on_delta=lambda k, t: pieces.append((k, t)),
+    )
+    await model.close()
+
+    def strip(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            {k: v for k, v in m.items() if k not in ("tool_call_id", "tool_calls")} for m in msgs
+        ]
+
+    assert strip(streamed.messages) == strip(plain.messages)
+    assert streamed.messages[1]["tool_calls"][0]["function"]["arguments"] == '{"a": 20, "b": 22}'
+    assert "".join(t for k, t in pieces if k == "content") == "The answer is 42."
+    assert "".join(t for k, t in pieces if k == "reasoning").startswith("let me think")
+    assert len(pieces) > 4  # really streamed, in pieces
+    assert streamed.usage.prompt_tokens > 0
