@@ -49,17 +49,37 @@ def truncate_middle(text: str, limit: int) -> tuple[str, bool]:
     return text[:head] + marker + (text[-tail:] if tail else ""), True
 
 
-def _schema_error(params: dict[str, Any], args: Any) -> str | None:
+_VALIDATORS: dict[int, tuple[ToolSpec, Any]] = {}
+
+
+def _validator(spec: ToolSpec) -> Any:
+    """The compiled JSON-schema validator of a tool (None if its schema is broken)."""
+    hit = _VALIDATORS.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
     import jsonschema
 
     try:
-        jsonschema.validate(args, params)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path)
-        return f"{exc.message}" + (f" (at '{where}')" if where else "")
+        cls = jsonschema.validators.validator_for(spec.parameters)
+        cls.check_schema(spec.parameters)
+        validator = cls(spec.parameters)
     except jsonschema.SchemaError:
-        return None  # the tool's own schema is broken: let the tool decide
-    return None
+        validator = None  # the tool's own schema is broken: let the tool decide
+    if len(_VALIDATORS) > 10_000:
+        _VALIDATORS.clear()
+    _VALIDATORS[id(spec)] = (spec, validator)
+    return validator
+
+
+def _schema_error(spec: ToolSpec, args: Any) -> str | None:
+    validator = _validator(spec)
+    if validator is None:
+        return None
+    error = next(iter(validator.iter_errors(args)), None)
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return error.message + (f" (at '{where}')" if where else "")
 
 
 @dataclass
@@ -91,11 +111,12 @@ async def _run_call(
         )
     if not isinstance(args, dict):
         return done(f"Error: the arguments of '{call.name}' must be a JSON object.", "schema_error")
-    problem = _schema_error(spec.parameters, args)
+    problem = _schema_error(spec, args)
     if problem:
         return done(f"Error: invalid arguments for '{call.name}': {problem}", "schema_error")
     try:
-        result = await asyncio.wait_for(env.call_tool(call.name, args), limits.tool_timeout_s)
+        async with asyncio.timeout(limits.tool_timeout_s):
+            result = await env.call_tool(call.name, args)
     except TimeoutError:
         return done(
             f"Error: tool '{call.name}' timed out after {limits.tool_timeout_s:g} s.", "timeout"
@@ -167,7 +188,7 @@ async def run_episode(
             traj.timings.model_s += time.monotonic() - t0
         steps += 1
         traj.steps += 1
-        traj.model = traj.model or (model.config.model or "")
+        traj.model = traj.model or model.name
         traj.usage.prompt_tokens += turn.prompt_tokens
         traj.usage.completion_tokens += turn.completion_tokens
         traj.recovered_calls += turn.recovered

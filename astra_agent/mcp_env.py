@@ -173,13 +173,15 @@ class _Server:
                     self._client = client
                     ready.set_result(None)
                     await self._stop.wait()
-            except BaseException as exc:
+            except asyncio.CancelledError:
                 if not ready.done():
-                    ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(exc))
-                elif not isinstance(exc, asyncio.CancelledError):
+                    ready.cancel()
+                raise
+            except Exception as exc:
+                if not ready.done():
+                    ready.set_exception(exc)
+                else:
                     log.warning("MCP server %r stopped: %s", self.name, _describe(exc))
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
             finally:
                 self._client = None
 
@@ -194,8 +196,10 @@ class _Server:
             await self.close()
             why = f"did not start within {self.cfg.startup_timeout:g} s"
             raise ServerError(self._failure(why)) from None
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
             await self.close()
+            if isinstance(exc, asyncio.CancelledError) and not ready.cancelled():
+                raise
             raise ServerError(self._failure(_describe(exc))) from None
 
     def _failure(self, why: str) -> str:
@@ -228,10 +232,8 @@ class _Server:
             return ToolResult(f"Error: {exc}", is_error=True)
         client = self._client
         try:
-            result = await asyncio.wait_for(
-                client.call_tool(tool, arguments, read_timeout_seconds=self.timeout),
-                self.timeout + 5,
-            )
+            async with asyncio.timeout(self.timeout + 5):  # a guard above the SDK's own
+                result = await client.call_tool(tool, arguments, read_timeout_seconds=self.timeout)
         except (MCPError, TimeoutError) as exc:
             code = getattr(exc, "code", REQUEST_TIMEOUT)
             if code == REQUEST_TIMEOUT:

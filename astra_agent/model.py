@@ -1,8 +1,11 @@
 """The model client: any OpenAI-compatible chat endpoint, with Qwen3's contract handled.
 
 * reasoning is read from ``reasoning`` (newer vLLM) or ``reasoning_content``;
-* the current tool loop's reasoning is sent back as ``reasoning_content`` (what Qwen3's chat
-  template reads); earlier turns' reasoning is dropped, as the template does;
+* the current tool loop's reasoning is sent back; earlier turns' reasoning is dropped, as
+  Qwen3's chat template does. vLLM 0.32 reads an assistant message's ``reasoning`` (and hands
+  it to the template as both ``reasoning`` and ``reasoning_content``) but ignores
+  ``reasoning_content`` in requests, while older servers read ``reasoning_content``: by default
+  both are sent (``reasoning_field``);
 * ``<tool_call>{…}</tool_call>`` blocks that the server's parser left in ``content`` or in the
   reasoning are recovered as calls (a malformed one becomes a call whose arguments fail to
   parse, so the model is told) and counted, never silently lost;
@@ -20,7 +23,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,6 +53,7 @@ class ModelConfig(BaseModel):
     max_retries: int = Field(4, ge=0)
     retry_backoff_s: float = Field(0.5, ge=0)
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    reasoning_field: Literal["both", "reasoning", "reasoning_content"] = "both"
 
 
 @dataclass
@@ -127,16 +131,22 @@ def _reasoning_of(obj: Any) -> str:
     return ""
 
 
-def prepare_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def prepare_messages(
+    messages: list[dict[str, Any]], reasoning_field: str = "both"
+) -> list[dict[str, Any]]:
     """What is sent: reasoning kept only after the last user message (the current tool loop),
-    under ``reasoning_content``; our bookkeeping fields stripped."""
+    under ``reasoning`` and/or ``reasoning_content``."""
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     out = []
     for i, m in enumerate(messages):
-        m = {k: v for k, v in m.items() if k not in ("reasoning",)}
+        m = dict(m)
         if m.get("role") == "assistant":
-            if i < last_user:
-                m.pop("reasoning_content", None)
+            reasoning = m.pop("reasoning_content", None) or m.pop("reasoning", None)
+            m.pop("reasoning", None)
+            if reasoning and i > last_user:
+                for key in ("reasoning", "reasoning_content"):
+                    if reasoning_field in ("both", key):
+                        m[key] = reasoning
             if m.get("content") is None:
                 m["content"] = ""
         out.append(m)
@@ -167,6 +177,11 @@ class ChatModel:
             max_retries=0,  # ours, with backoff and logging
         )
         self._model = self.config.model
+
+    @property
+    def name(self) -> str:
+        """The model's name once known (configured, or the first one the endpoint lists)."""
+        return self._model or ""
 
     async def model_name(self) -> str:
         if self._model is None:
@@ -227,7 +242,8 @@ class ChatModel:
         gets each piece of ``reasoning`` and ``content`` as it arrives."""
         model = await self.model_name()
         stream = on_delta is not None
-        kwargs = {"model": model, "messages": prepare_messages(messages), **self._params(stream)}
+        msgs = prepare_messages(messages, self.config.reasoning_field)
+        kwargs = {"model": model, "messages": msgs, **self._params(stream)}
         if tools:
             kwargs["tools"] = tools
         if stream:

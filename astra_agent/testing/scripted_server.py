@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 import threading
 import time
 import uuid
@@ -72,6 +73,12 @@ def _finish(reply: Reply) -> str:
 class _Handler(BaseHTTPRequestHandler):
     server: _HTTPServer
     protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in separate writes: without this, Nagle's algorithm and
+        # delayed ACKs stall every response by ~40 ms.
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -201,6 +208,7 @@ def _pieces(text: str | None, size: int = 8) -> list[str]:
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # many concurrent clients (benchmarks) must not be refused
 
     def __init__(self, addr: tuple[str, int], script: Script, model: str) -> None:
         super().__init__(addr, _Handler)
@@ -240,3 +248,41 @@ class ScriptedServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def tool_then_answer(req: dict[str, Any]) -> Reply:
+    """A ready-made script: call the first offered tool with ``{}``-ish arguments, then answer
+    with the tool's output once it is in the conversation."""
+    last = req["messages"][-1]
+    if last["role"] == "tool" or not req.get("tools"):
+        return Reply(content=f"done: {str(last.get('content'))[:200]}")
+    name = req["tools"][0]["function"]["name"]
+    return Reply(reasoning="calling the tool", tool_calls=[(name, '{"text": "x"}')])
+
+
+def main() -> None:
+    """Serve a script from another process: --script module:function."""
+    import argparse
+    import importlib
+
+    ap = argparse.ArgumentParser(description="Scripted OpenAI-compatible server (a fake model).")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--model", default="scripted")
+    ap.add_argument("--script", default=f"{__name__}:tool_then_answer")
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds added to every reply")
+    args = ap.parse_args()
+    mod, fn = args.script.split(":")
+    base = getattr(importlib.import_module(mod), fn)
+
+    def script(req: dict[str, Any]) -> Reply:
+        reply = base(req)
+        reply.delay_s += args.delay
+        return reply
+
+    httpd = _HTTPServer(("127.0.0.1", args.port), script, args.model)
+    print(f"scripted server on http://127.0.0.1:{args.port}/v1", flush=True)
+    httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -262,6 +262,7 @@ async def test_reasoning_of_the_current_loop_is_sent_back_earlier_dropped(
     await model.close()
     sent = server.requests
     assert sent[1]["messages"][1]["reasoning_content"] == "R1"  # current loop: sent back
+    assert sent[1]["messages"][1]["reasoning"] == "R1"  # the field vLLM 0.32 reads
     last = sent[3]["messages"]
     assert [m.get("reasoning_content") for m in last if m["role"] == "assistant"] == [
         None,
