@@ -1,6 +1,8 @@
 """ASTRA agent runtime: model client, episode loop, environments, the ``astra-agent`` CLI."""
 
 from astra_agent.config import load_config, read_mapping
+from astra_agent.environment import Environment, ToolResult, ToolSpec
+from astra_agent.episode import EpisodeLimits, run_episode, truncate_middle
 from astra_agent.errors import (
     AstraError,
     CheckpointError,
@@ -9,14 +11,37 @@ from astra_agent.errors import (
     ServerError,
     ToolError,
 )
+from astra_agent.function_env import FunctionEnvironment
+from astra_agent.mcp_config import MCPConfig, load_mcp_config, parse_mcp_config
+from astra_agent.mcp_env import MCPEnvironment
+from astra_agent.model import ChatModel, ModelConfig, ModelTurn, ToolCall
+from astra_agent.trajectory import CallEvent, Trajectory, append_jsonl, read_jsonl
 
 __all__ = [
     "AstraError",
+    "CallEvent",
+    "ChatModel",
     "CheckpointError",
     "ConfigError",
+    "Environment",
+    "EpisodeLimits",
+    "FunctionEnvironment",
+    "MCPConfig",
+    "MCPEnvironment",
     "ModelBehaviorError",
+    "ModelConfig",
+    "ModelTurn",
     "ServerError",
+    "ToolCall",
     "ToolError",
+    "ToolResult",
+    "ToolSpec",
+    "Trajectory",
+    "append_jsonl",
     "load_config",
-    "read_mapping",
+    "load_mcp_config",
+    "parse_mcp_config",
+    "read_jsonl",
+    "run_episode",
+    "truncate_middle",
 ]

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
-import zlib
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -35,13 +37,14 @@ from serving.safetensors_io import (
     CHUNK_BYTES,
     DTYPE_NAMES,
     DTYPES,
+    MappedFile,
     OutTensor,
     TensorInfo,
+    checksum,
+    checksums_of_tensors,
     convert_bytes,
-    crc_of_tensors,
     fsync_dir,
     header_bytes,
-    iter_chunks,
 )
 
 log = logging.getLogger(__name__)
@@ -98,7 +101,7 @@ class _Source:
         self.entries: list[_Entry] = []
         self._st: dict[str, tuple[Path, TensorInfo]] = {}
         self._bin: dict[str, torch.Tensor] = {}
-        self._handle: tuple[Path, BinaryIO] | None = None
+        self._handle: tuple[Path, MappedFile] | None = None
         for shard in ckpt.shards:
             if shard.fmt == "safetensors":
                 for t in shard.tensors:
@@ -119,8 +122,8 @@ class _Source:
         path, info = self._st[name]
         if self._handle is None or self._handle[0] != path:
             self.close()
-            self._handle = (path, path.open("rb"))
-        yield from iter_chunks(self._handle[1], info)
+            self._handle = (path, MappedFile(path))
+        yield from self._handle[1].chunks(info)
 
     def close(self) -> None:
         if self._handle is not None:
@@ -153,8 +156,40 @@ def _shard_name(i: int, n: int) -> str:
     return f"model-{i + 1:05d}-of-{n:05d}.safetensors"
 
 
+class _BackgroundWriter:
+    """Writes chunks from a thread, so that reading, casting and checksumming the next chunk
+    overlaps the (often throttled) write of this one. Errors surface on put() or close()."""
+
+    def __init__(self, f: BinaryIO, depth: int = 3) -> None:
+        self._f = f
+        self._q: queue.Queue[memoryview | bytes | None] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (item := self._q.get()) is not None:
+            if self._error is None:
+                try:
+                    self._f.write(item)
+                except BaseException as exc:
+                    self._error = exc
+
+    def put(self, data: memoryview | bytes) -> None:
+        if self._error is not None:
+            raise self._error
+        self._q.put(data)
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 class _Writer:
-    """Writes planned shards one after another; records a CRC per tensor for verification."""
+    """Writes planned shards one after another, a checksum per tensor; each finished shard is
+    fsynced and read back in a second thread while the next one is written."""
 
     def __init__(self, out_dir: Path, plan: list[_Planned], progress: Progress | None) -> None:
         self.out_dir = out_dir
@@ -163,29 +198,57 @@ class _Writer:
         self.total = sum(p.out.nbytes for p in plan)
         self.done = 0
         self.progress = progress
-        self.crcs: dict[str, int] = {}
+        self.sums: dict[str, int] = {}
         self._by_shard: dict[int, list[_Planned]] = {}
         for p in plan:
             self._by_shard.setdefault(p.shard, []).append(p)
 
     def write(self, chunks_of: Callable[[str], Iterator[memoryview]]) -> None:
-        for shard, items in sorted(self._by_shard.items()):
-            path = self.out_dir / _shard_name(shard, self.n_shards)
-            with path.open("wb") as f:
-                f.write(header_bytes([p.out for p in items], {"format": "pt"}))
+        with ThreadPoolExecutor(max_workers=1) as checker:
+            checks = []
+            for shard, items in sorted(self._by_shard.items()):
+                path = self.out_dir / _shard_name(shard, self.n_shards)
+                self._write_shard(path, items, chunks_of)
+                checks.append(checker.submit(self._verify_shard, path, items))
+            for c in checks:
+                c.result()
+
+    def _write_shard(
+        self, path: Path, items: list[_Planned], chunks_of: Callable[[str], Iterator[memoryview]]
+    ) -> None:
+        with path.open("wb") as f:
+            bg = _BackgroundWriter(f)
+            try:
+                bg.put(header_bytes([p.out for p in items], {"format": "pt"}))
                 for p in items:
-                    crc = 0
+                    total = 1  # Adler-32 of nothing (empty tensors)
                     dst = DTYPES[p.out.dtype]
                     for raw in chunks_of(p.out.name):
                         data = convert_bytes(raw, p.src_dtype, dst)
-                        f.write(data)
-                        crc = zlib.crc32(data, crc)
+                        if data.obj is raw.obj:  # a view of the source mapping: copy it
+                            data = memoryview(bytes(data))
+                        bg.put(data)
+                        total = checksum(data, total)
                         self.done += len(data)
                         if self.progress:
                             self.progress(self.done, self.total, p.out.name)
-                    self.crcs[p.out.name] = crc
-                f.flush()
-                os.fsync(f.fileno())
+                    self.sums[p.out.name] = total
+            finally:
+                bg.close()
+
+    def _verify_shard(self, path: Path, items: list[_Planned]) -> None:
+        """fsync, then re-read: each tensor present, right dtype and shape, same bytes."""
+        with path.open("rb+") as f:
+            os.fsync(f.fileno())
+        found = checksums_of_tensors(path)
+        for p in items:
+            got = found.get(p.out.name)
+            want = (p.out.dtype, p.out.shape, self.sums[p.out.name])
+            if got != want:
+                raise CheckpointError(
+                    f"verification failed for {p.out.name!r} in {path.name}: wrote "
+                    f"{want[:2]}, read back {got[:2] if got else 'nothing'} (disk full or failing?)"
+                )
 
     def write_index(self) -> None:
         index = {
@@ -198,20 +261,6 @@ class _Writer:
         (self.out_dir / "model.safetensors.index.json").write_text(
             json.dumps(index, indent=2) + "\n"
         )
-
-    def verify(self) -> None:
-        """Re-read every output shard: each tensor present, right dtype/shape, same bytes."""
-        found: dict[str, tuple[str, tuple[int, ...], int]] = {}
-        for i in range(self.n_shards):
-            found.update(crc_of_tensors(self.out_dir / _shard_name(i, self.n_shards)))
-        for p in self.plan:
-            got = found.get(p.out.name)
-            want = (p.out.dtype, p.out.shape, self.crcs[p.out.name])
-            if got != want:
-                raise CheckpointError(
-                    f"verification failed for {p.out.name!r}: wrote {want[:2]}, read back "
-                    f"{got[:2] if got else 'nothing'} (disk full or failing?)"
-                )
 
 
 def _patch_config(path: Path, dtype_name: str) -> None:
@@ -234,7 +283,6 @@ def _convert_hf(
     finally:
         source.close()
     writer.write_index()
-    writer.verify()
     for f in ckpt.aux_files():
         shutil.copy2(f, out / f.name)
     _patch_config(out / "config.json", str(target).removeprefix("torch."))
