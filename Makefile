@@ -6,9 +6,12 @@ VENV := .venv
 SERVE := .venv-serve
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-main setup-serve setup-mcp test lint typecheck demo clean bench
+.PHONY: setup setup-system setup-main setup-serve setup-mcp test lint typecheck demo clean bench
 
-setup: setup-main setup-serve setup-mcp
+setup: setup-system setup-main setup-serve setup-mcp
+
+setup-system:
+	bash scripts/setup-system.sh
 
 setup-main: $(VENV)/.installed
 setup-serve: $(SERVE)/.installed
