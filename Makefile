@@ -46,6 +46,8 @@ demo: setup
 
 bench: setup
 	$(VENV)/bin/python bench/convert.py
+	$(VENV)/bin/python bench/agent_overhead.py
+	$(VENV)/bin/python bench/sandbox.py
 
 clean:
 	rm -rf $(VENV) $(SERVE) .mcp-servers .pytest_cache

@@ -42,6 +42,7 @@ __all__ = [
     "load_mcp_config",
     "parse_mcp_config",
     "read_jsonl",
+    "read_mapping",
     "run_episode",
     "truncate_middle",
 ]

@@ -106,8 +106,14 @@ def _schemas(value: Any, index: int, out: list[Problem]) -> list[ToolSpec]:
             out.append(Problem(index, "tool_schema", f"entry {i} is not a function schema"))
             continue
         if spec.name in specs:
-            out.append(Problem(index, "tool_schema", f"{spec.name!r} is listed twice (kept the "
-                                                     "first)", "warning"))  # fmt: skip
+            out.append(
+                Problem(
+                    index,
+                    "tool_schema",
+                    f"{spec.name!r} is listed twice (kept the first)",
+                    "warning",
+                )
+            )
             continue
         specs[spec.name] = spec
     return list(specs.values())
@@ -118,9 +124,10 @@ def parse_record(raw: dict[str, Any], index: int) -> tuple[ArenaTask | None, lis
     out: list[Problem] = []
     prompt = _json_field(raw, "prompt", index, out)
     if prompt is not None and not (
-        isinstance(prompt, list) and prompt
+        isinstance(prompt, list)
+        and prompt
         and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt)
-    ):  # fmt: skip
+    ):
         out.append(Problem(index, "prompt", "must be a non-empty list of {role, content}"))
     tools = _schemas(_json_field(raw, "tool_schema", index, out), index, out)
     sources = _json_field(raw, "tool_dict", index, out)
@@ -135,27 +142,41 @@ def parse_record(raw: dict[str, Any], index: int) -> tuple[ArenaTask | None, lis
             out.append(Problem(index, "sub_qa_dict", "must be a non-empty mapping"))
             sub_qa = None
         else:
-            sub_qa = {k: [str(a) for a in (v if isinstance(v, list) else [v])]
-                      for k, v in sub_qa.items()}  # fmt: skip
+            sub_qa = {
+                k: [str(a) for a in (v if isinstance(v, list) else [v])] for k, v in sub_qa.items()
+            }
     if sources is not None:
         names = {t.name for t in tools}
         for name in names - set(sources):
-            out.append(Problem(index, "tool_schema", f"{name!r} has no implementation in "
-                                                     "tool_dict"))  # fmt: skip
+            out.append(
+                Problem(index, "tool_schema", f"{name!r} has no implementation in tool_dict")
+            )
         for name, source in sources.items():
             why = _defines(source, name)
             if why:
                 out.append(Problem(index, "tool_dict", why))
         for name in set(sources) - names:
-            out.append(Problem(index, "tool_dict", f"{name!r} has a source but no schema (the "
-                                                   "model cannot call it)", "warning"))  # fmt: skip
+            out.append(
+                Problem(
+                    index,
+                    "tool_dict",
+                    f"{name!r} has a source but no schema (the model cannot call it)",
+                    "warning",
+                )
+            )
         for name in sub_qa or {}:
             if name not in sources:
-                out.append(Problem(index, "sub_qa_dict", f"tool {name!r} has no source in "
-                                                         "tool_dict"))  # fmt: skip
+                out.append(
+                    Problem(index, "sub_qa_dict", f"tool {name!r} has no source in tool_dict")
+                )
             elif name not in names:
                 out.append(Problem(index, "sub_qa_dict", f"tool {name!r} has no schema"))
     reference = raw.get("reference")
+    if isinstance(reference, str):  # parquet exports keep nested fields as JSON text
+        try:
+            reference = json.loads(reference)
+        except json.JSONDecodeError:
+            reference = False
     if reference is not None and not (
         isinstance(reference, list)
         and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in reference)
@@ -165,10 +186,16 @@ def parse_record(raw: dict[str, Any], index: int) -> tuple[ArenaTask | None, lis
     if any(p.severity == "error" for p in out):
         return None, out
     task = ArenaTask(
-        index=index, task_id=str(raw.get("task_id") or f"task-{index}"), prompt=prompt,
-        tools=tools, sources=sources, sub_qa=sub_qa, reference=reference,
-        domain=str(raw.get("domain") or ""), raw=raw,
-    )  # fmt: skip
+        index=index,
+        task_id=str(raw.get("task_id") or f"task-{index}"),
+        prompt=prompt,
+        tools=tools,
+        sources=sources,
+        sub_qa=sub_qa,
+        reference=reference,
+        domain=str(raw.get("domain") or ""),
+        raw=raw,
+    )
     return task, out
 
 
@@ -259,9 +286,10 @@ def arena_reward(
     every call the model made (failed ones too). A pure function, for RL and evaluation."""
     match = match or AnswerMatch()
     solved = tuple(
-        tool for tool, golds in sub_qa.items()
+        tool
+        for tool, golds in sub_qa.items()
         if any(name == tool and any(match.found(g, out) for g in golds) for name, out in calls)
-    )  # fmt: skip
+    )
     recall = len(solved) / len(sub_qa) if sub_qa else 0.0
     precision = len(solved) / (len(calls) + eps)
     f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
@@ -270,8 +298,11 @@ def arena_reward(
 
 def calls_of(traj: Trajectory) -> list[tuple[str, str]]:
     """(tool name, the output the model saw) for every call of a trajectory, in order."""
-    outputs = {m.get("tool_call_id"): m.get("content") or ""
-               for m in traj.messages if m.get("role") == "tool"}  # fmt: skip
+    outputs = {
+        m.get("tool_call_id"): m.get("content") or ""
+        for m in traj.messages
+        if m.get("role") == "tool"
+    }
     return [(e.name, outputs.get(e.call_id, "")) for e in traj.events]
 
 
@@ -287,9 +318,12 @@ class ArenaEnvironment:
     it is created (or after ``reset()``)."""
 
     def __init__(
-        self, task: ArenaTask, limits: SandboxLimits | None = None, *,
+        self,
+        task: ArenaTask,
+        limits: SandboxLimits | None = None,
+        *,
         unsafe_no_sandbox: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.task = task
         self.sandbox = Sandbox(task.sources, limits, unsafe_no_sandbox=unsafe_no_sandbox)
 
@@ -299,8 +333,10 @@ class ArenaEnvironment:
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         await self.sandbox.start()
         if name in self.sandbox.load_errors:
-            return ToolResult(f"Error: tool {name!r} failed to load: "
-                              f"{self.sandbox.load_errors[name]}", is_error=True)  # fmt: skip
+            return ToolResult(
+                f"Error: tool {name!r} failed to load: {self.sandbox.load_errors[name]}",
+                is_error=True,
+            )
         reply = await self.sandbox.call(name, arguments)
         return ToolResult(reply.text(), is_error=not reply.ok, structured=reply.value)
 

@@ -89,8 +89,13 @@ def bwrap_command(config: dict[str, Any]) -> list[str]:
         # As root: every namespace but the user one, so that the worker can drop to a real
         # unprivileged uid (a uid mapped inside a user namespace would still count as root
         # for the process limit).
-        cmd += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-                "--unshare-cgroup-try"]  # fmt: skip
+        cmd += [
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
     else:
         cmd += ["--unshare-all"]
     cmd += ["--ro-bind", "/usr", "/usr"]
@@ -107,12 +112,33 @@ def bwrap_command(config: dict[str, Any]) -> list[str]:
             cmd += ["--perms", "0755", "--dir", str(parent)]
         cmd += ["--ro-bind", prefix, prefix]
     cmd += [
-        "--ro-bind", str(WORKER), "/sandbox/worker.py",
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
-        "--clearenv", "--setenv", "PATH", "/usr/bin", "--setenv", "HOME", "/tmp",
-        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-        exe, "-I", "-S", "/sandbox/worker.py", json.dumps({**config, "own_pid_namespace": True}),
-    ]  # fmt: skip
+        "--ro-bind",
+        str(WORKER),
+        "/sandbox/worker.py",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--chdir",
+        "/tmp",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin",
+        "--setenv",
+        "HOME",
+        "/tmp",
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+        exe,
+        "-I",
+        "-S",
+        "/sandbox/worker.py",
+        json.dumps({**config, "own_pid_namespace": True}),
+    ]
     return cmd
 
 
@@ -171,8 +197,9 @@ class Sandbox:
             start_new_session=True,
             limit=64 * self.limits.output_cap_chars + (1 << 20),
         )
-        reply = await self._request({"op": "load", "tools": self.sources},
-                                    self.limits.startup_seconds)  # fmt: skip
+        reply = await self._request(
+            {"op": "load", "tools": self.sources}, self.limits.startup_seconds
+        )
         if reply.get("kind") != "ok":
             raise ConfigError(f"the sandbox worker did not start: {reply.get('error')}")
         self.load_errors = dict(reply.get("errors") or {})
@@ -210,13 +237,12 @@ class Sandbox:
                 self.replacements += 1
                 await self._spawn()
             t0 = time.monotonic()
-            r = await self._request({"op": "call", "name": name, "args": arguments},
-                                    self.limits.wall_seconds_per_call)  # fmt: skip
+            r = await self._request(
+                {"op": "call", "name": name, "args": arguments}, self.limits.wall_seconds_per_call
+            )
         kind: ReplyKind = r["kind"]
         error = r.get("error", "")
-        if kind == "timeout":
-            error = f"tool '{name}' {error} (the sandbox was replaced)"
-        elif kind == "crash":
+        if kind == "timeout" or kind == "crash":
             error = f"tool '{name}' {error} (the sandbox was replaced)"
         elif kind == "error" and r.get("traceback"):
             error = error + "\n" + r["traceback"].strip()
@@ -263,7 +289,10 @@ def _describe_exit(code: int | None) -> str:
         return "stopped answering"
     if code < 0:
         sig = -code
-        why = {signal.SIGXCPU: " (CPU time limit)", signal.SIGKILL: " (killed: memory?)",
-               signal.SIGSEGV: " (segmentation fault)"}.get(sig, "")  # fmt: skip
+        why = {
+            signal.SIGXCPU: " (CPU time limit)",
+            signal.SIGKILL: " (killed: memory?)",
+            signal.SIGSEGV: " (segmentation fault)",
+        }.get(sig, "")
         return f"crashed: signal {signal.Signals(sig).name}{why}"
     return f"crashed: the worker exited with code {code}"

@@ -6,8 +6,8 @@ are moved to private descriptors before any tool code runs; fds 0-2 then point a
 so nothing a tool writes can corrupt the protocol.
 
     → {"op": "load", "tools": {"name": "source", ...}}    ← {"ok": true, "errors": {name: msg}}
-    → {"op": "call", "name": "t", "args": {...}}          ← {"ok": true, "value": ..., "output": ...}
-                                                          ← {"ok": false, "error": "...", ...}
+    → {"op": "call", "name": "t", "args": {...}}   ← {"ok": true, "value": ..., "output": ...}
+                                                   ← {"ok": false, "error": "...", ...}
     → {"op": "reset"}  (re-run every source: fresh state) ← {"ok": true, "errors": {...}}
 
 Before tool code runs, the worker applies resource limits and drops to an unprivileged uid, and
@@ -18,6 +18,7 @@ the errors readable.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -101,10 +102,8 @@ def _apply_limits(limits: dict[str, int]) -> None:
 
 def _drop_privileges(uid: int) -> None:
     if os.getuid() == 0:
-        try:
+        with contextlib.suppress(OSError):
             os.chmod("/tmp", 0o1777)
-        except OSError:
-            pass
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
@@ -135,10 +134,8 @@ def _load(sources: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
 
 def _kill_strays() -> None:
     """Kill any process a tool left behind (we are the only one of our uid in this pid ns)."""
-    try:
+    with contextlib.suppress(OSError):
         os.kill(-1, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def _call(
@@ -149,7 +146,7 @@ def _call(
         return {"ok": False, "error": f"no implementation loaded for tool {name!r}"}
     out = _CappedOutput(cap)
     used = int(sum(resource.getrusage(resource.RUSAGE_SELF)[:2])) + 1
-    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
     resource.setrlimit(resource.RLIMIT_CPU, (min(used + cpu_s, hard), hard))
     old = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = out
@@ -158,7 +155,9 @@ def _call(
         value = fn(**args)
         reply: dict[str, Any] = {"ok": True, "value": _jsonable(value)}
     except BaseException as exc:  # the tool's failure is the model's information
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<tool")]
+        frames = [
+            f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<tool")
+        ]
         where = "".join(traceback.format_list(frames[-3:]))
         reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": where}
     finally:
