@@ -38,7 +38,7 @@ lint: setup-main
 typecheck: setup-main
 	$(VENV)/bin/mypy
 
-test: setup lint
+test: setup lint typecheck
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 demo: setup

@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,7 +275,7 @@ class _Server:
 
 
 @contextlib.asynccontextmanager
-async def _http_transport(cfg: HttpServerConfig):  # type: ignore[no-untyped-def]
+async def _http_transport(cfg: HttpServerConfig) -> AsyncIterator[Any]:
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 

@@ -288,11 +288,11 @@ def _describe_exit(code: int | None) -> str:
     if code is None:
         return "stopped answering"
     if code < 0:
-        sig = -code
+        sig = signal.Signals(-code)
         why = {
             signal.SIGXCPU: " (CPU time limit)",
             signal.SIGKILL: " (killed: memory?)",
             signal.SIGSEGV: " (segmentation fault)",
         }.get(sig, "")
-        return f"crashed: signal {signal.Signals(sig).name}{why}"
+        return f"crashed: signal {sig.name}{why}"
     return f"crashed: the worker exited with code {code}"

@@ -117,7 +117,7 @@ class _Source:
             flat = self._bin[name].contiguous().view(-1)
             step = max(1, CHUNK_BYTES // max(1, flat.element_size()))
             for i in range(0, flat.numel(), step):
-                yield memoryview(flat[i : i + step].view(torch.uint8).numpy())
+                yield flat[i : i + step].view(torch.uint8).numpy().data
             return
         path, info = self._st[name]
         if self._handle is None or self._handle[0] != path:

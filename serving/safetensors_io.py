@@ -16,7 +16,6 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import torch
 
@@ -104,27 +103,6 @@ def read_header(path: Path) -> tuple[list[TensorInfo], dict[str, str]]:
     return tensors, {str(k): str(v) for k, v in meta.items()}
 
 
-def iter_chunks(
-    f: BinaryIO, info: TensorInfo, buffer: bytearray | None = None
-) -> Iterator[memoryview]:
-    """Yield a tensor's raw bytes in chunks of whole elements (at most ``len(buffer)``).
-
-    The chunks are views of one reused buffer: use each before asking for the next.
-    """
-    buf = buffer if buffer is not None else bytearray(min(CHUNK_BYTES, max(1, info.nbytes)))
-    item = info.torch_dtype.itemsize
-    step = max(item, len(buf) // item * item)
-    view = memoryview(buf)
-    f.seek(info.begin)
-    left = info.nbytes
-    while left > 0:
-        n = f.readinto(view[: min(step, left)])
-        if not n:
-            raise CheckpointError(f"unexpected end of file while reading {info.name!r}")
-        left -= n
-        yield view[:n]
-
-
 def convert_bytes(buf: memoryview | bytes, src: torch.dtype, dst: torch.dtype) -> memoryview:
     """Elementwise dtype conversion of raw little-endian bytes (torch's own rounding)."""
     if src == dst or not len(buf):
@@ -132,7 +110,7 @@ def convert_bytes(buf: memoryview | bytes, src: torch.dtype, dst: torch.dtype) -
     with warnings.catch_warnings():  # a read-only mmap is fine: torch only reads it here
         warnings.simplefilter("ignore", UserWarning)
         t = torch.frombuffer(buf, dtype=src)
-    return memoryview(t.to(dst).view(torch.uint8).numpy())
+    return t.to(dst).view(torch.uint8).numpy().data
 
 
 class MappedFile:

@@ -238,13 +238,13 @@ def _config(spec: TinySpec, tokenizer: Any) -> Any:
         num_key_value_heads=spec.num_key_value_heads,
         head_dim=spec.head_dim,
         max_position_embeddings=spec.max_position_embeddings,
-        rope_theta=1_000_000.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
         rms_norm_eps=1e-6,
         tie_word_embeddings=False,
         bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-        torch_dtype="float32",
+        dtype="float32",
     )
 
 
@@ -405,7 +405,7 @@ def build_tiny_checkpoint(
         tokenizer = build_tokenizer(spec.seed, spec.vocab_size, spec.script)
         config = _config(spec, tokenizer)
         torch.manual_seed(spec.seed)
-        model = Qwen3ForCausalLM(config).to(torch.float32).eval()
+        model = Qwen3ForCausalLM(config).float().eval()
         if spec.behavior == "scripted":
             _script_weights(model, tokenizer, spec)
         model.save_pretrained(tmp, max_shard_size=spec.max_shard_size)
