@@ -122,13 +122,19 @@ def recover_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
     return rest, calls
 
 
-def _reasoning_of(obj: Any) -> str:
+def reasoning_field(obj: Any) -> tuple[str, str | None]:
+    """The reasoning of a message or delta and the field it came in: ``reasoning`` (newer
+    vLLM) or ``reasoning_content``; ("", None) if there is none."""
     extra = getattr(obj, "model_extra", None) or {}
     for key in ("reasoning", "reasoning_content"):
         value = getattr(obj, key, None) or extra.get(key)
         if value:
-            return str(value)
-    return ""
+            return str(value), key
+    return "", None
+
+
+def _reasoning_of(obj: Any) -> str:
+    return reasoning_field(obj)[0]
 
 
 def prepare_messages(

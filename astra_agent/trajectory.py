@@ -119,6 +119,26 @@ def append_jsonl(path: str | Path, record: Trajectory | BaseModel | dict[str, An
         os.close(fd)
 
 
+def drop_torn_tail(path: str | Path) -> int:
+    """Cut a partial last line (a writer killed mid-write) so that the next append starts on a
+    line of its own; returns the bytes removed."""
+    p = Path(path)
+    if not p.is_file():
+        return 0
+    with p.open("rb+") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        if size == 0:
+            return 0
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        f.seek(0)
+        keep = f.read().rfind(b"\n") + 1
+        f.truncate(keep)
+        return size - keep
+
+
 def read_jsonl(path: str | Path) -> Iterator[Trajectory]:
     """Read trajectories; a torn last line (a killed writer) is skipped, others are errors."""
     p = Path(path)

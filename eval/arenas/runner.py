@@ -26,7 +26,7 @@ from astra_agent.episode import EpisodeLimits, run_episode
 from astra_agent.errors import ConfigError
 from astra_agent.model import ChatModel, ModelConfig
 from astra_agent.sandbox import SandboxLimits, bwrap_available
-from astra_agent.trajectory import append_jsonl
+from astra_agent.trajectory import append_jsonl, drop_torn_tail
 
 RESULTS = "results.jsonl"
 
@@ -66,6 +66,7 @@ def _read_done(path: Path) -> dict[int, dict[str, Any]]:
     done: dict[int, dict[str, Any]] = {}
     if not path.is_file():
         return done
+    drop_torn_tail(path)
     lines = path.read_text(encoding="utf-8").splitlines()
     for i, line in enumerate(lines):
         try:

@@ -360,3 +360,16 @@ async def test_streaming_gives_the_same_trajectory(server: ScriptedServer) -> No
     assert "".join(t for k, t in pieces if k == "reasoning").startswith("let me think")
     assert len(pieces) > 4  # really streamed, in pieces
     assert streamed.usage.prompt_tokens > 0
+
+
+def test_drop_torn_tail_lets_the_next_append_start_clean(tmp_path: Path) -> None:
+    from astra_agent.trajectory import drop_torn_tail
+
+    path = tmp_path / "t.jsonl"
+    append_jsonl(path, {"a": 1})
+    with path.open("a") as f:
+        f.write('{"b": ')
+    assert drop_torn_tail(path) == len('{"b": ')
+    append_jsonl(path, {"c": 3})
+    assert [json.loads(x) for x in path.read_text().splitlines()] == [{"a": 1}, {"c": 3}]
+    assert drop_torn_tail(path) == 0

@@ -129,9 +129,9 @@ async def test_resume_after_kill_and_config_mismatch(
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    partial = len(results.read_text().splitlines())
     with results.open("a") as f:
         f.write('{"index": 99, "torn')  # what a kill in mid-write could leave
-    partial = len(results.read_text().splitlines()) - 1
     n = len(load_arena_file(TRAIN).tasks)
     assert 3 <= partial < n
     cfg = ArenaEvalConfig(
