@@ -19,6 +19,7 @@ import pytest
 from astra_agent.errors import ConfigError, ServerError
 from astra_agent.mcp_config import load_mcp_config, parse_mcp_config
 from astra_agent.mcp_env import MCPEnvironment, assign_names
+from tests.conftest import descendants_alive
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = REPO / ".mcp-servers" / "node_modules" / ".bin"
@@ -33,27 +34,6 @@ def node_server(name: str) -> str:
 
 def fixture(**extra: Any) -> dict[str, Any]:
     return {"command": FIXTURE[0], "args": FIXTURE[1:], **extra}
-
-
-def descendants_alive(root_pid: int) -> list[int]:
-    """Live processes whose parent chain reaches ``root_pid``."""
-    parents: dict[int, int] = {}
-    states: dict[int, str] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        pid = int(stat.parent.name)
-        parents[pid], states[pid] = int(fields[1]), fields[0]
-    out = []
-    for pid in parents:
-        p = pid
-        while p in parents and p != root_pid and p > 1:
-            p = parents[p]
-        if p == root_pid and pid != root_pid and states[pid] not in ("Z", "X"):
-            out.append(pid)
-    return out
 
 
 def fixture_pids() -> set[int]:

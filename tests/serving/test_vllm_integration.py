@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import openai
@@ -109,3 +110,46 @@ def test_check_fails_on_wrong_model_and_unreachable(vllm_server: VLLMServer) -> 
     )
     assert out.returncode == 1
     assert "cannot reach" in out.stderr
+
+
+def test_up_command_serves_until_ctrl_c_and_leaves_nothing(tiny_bf16, tmp_path) -> None:
+    """`astra-serve up`: waits until vLLM answers, prints the base URL, and on Ctrl-C stops
+    the whole process tree."""
+    import os
+    import signal
+    import time
+
+    from tests.conftest import descendants_alive, free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "serving", "up", "--model", str(tiny_bf16), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "ASTRA_HOME": str(tmp_path), "COLUMNS": "200"},
+    )
+    assert proc.stdout is not None
+    seen = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        seen.append(line)
+        if "ready" in line or not line:
+            break
+    assert any(f"http://127.0.0.1:{port}/v1" in x for x in seen), "".join(seen)
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code == 200
+    children = descendants_alive(proc.pid)
+    assert len(children) >= 2  # vLLM and its engine process
+    os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground process
+    assert proc.wait(timeout=60) in (0, 130)
+    time.sleep(1)
+    assert [
+        c
+        for c in children
+        if Path(f"/proc/{c}").exists()
+        and Path(f"/proc/{c}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    ] == []
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
