@@ -287,6 +287,8 @@ class Sandbox:
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "stopped answering"
+    if code > 128 and code - 128 in signal.valid_signals():
+        code = 128 - code  # bubblewrap (pid 1) reports a child killed by signal N as 128+N
     if code < 0:
         sig = signal.Signals(-code)
         why = {

@@ -15,7 +15,7 @@ from astra_agent.sandbox import Sandbox, SandboxLimits, bwrap_command
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
-MARKER = REPO / "sandbox-escape-marker"
+MARKER = Path("/var/tmp/astra-sandbox-escape-marker")  # outside /tmp wherever the repo lies
 
 HOSTILE = {
     "socket_": (
@@ -39,7 +39,11 @@ HOSTILE = {
         "def memory_bomb():\n    x = bytearray(10**11)\n    return len(x)\n",
         "MemoryError",
     ),
-    "infinite_loop": ("def infinite_loop():\n    while True:\n        pass\n", "timed out after"),
+    # The wall clock or the CPU limit, whichever strikes first (it depends on the load).
+    "infinite_loop": (
+        "def infinite_loop():\n    while True:\n        pass\n",
+        ("timed out after", "CPU time limit"),
+    ),
     "kill_parent": (
         "def kill_parent():\n    import os, signal\n    os.kill(os.getppid(), signal.SIGKILL)\n",
         "sending signals",
@@ -89,7 +93,10 @@ async def test_hostile_tool_is_contained(sandbox: Sandbox, name: str) -> None:
     t0 = time.monotonic()
     reply = await sandbox.call(name, {})
     assert not reply.ok, reply
-    assert HOSTILE[name][1] in reply.text(), reply.text()
+    expected = HOSTILE[name][1]
+    assert any(
+        e in reply.text() for e in (expected if isinstance(expected, tuple) else (expected,))
+    ), reply.text()
     assert time.monotonic() - t0 < LIMITS.wall_seconds_per_call + 5
     after = await sandbox.call("double", {"x": 21})  # the next call works
     assert after.ok and after.value == {"x": 42}
@@ -115,7 +122,7 @@ async def test_huge_output_is_capped(sandbox: Sandbox) -> None:
 
 async def test_worker_replaced_after_timeout_with_fresh_state(sandbox: Sandbox) -> None:
     assert (await sandbox.call("counter", {})).value == 1
-    assert (await sandbox.call("infinite_loop", {})).kind == "timeout"
+    assert (await sandbox.call("infinite_loop", {})).kind in ("timeout", "crash")
     assert (await sandbox.call("counter", {})).value == 1  # a new worker
     assert sandbox.replacements == 1
 
@@ -191,13 +198,17 @@ def test_no_network_without_the_hook() -> None:
 
 
 def test_no_host_files_and_read_only_system_without_the_hook() -> None:
+    target = REPO / "escape-marker"
     out = raw(
         f"import os\nprint(os.path.exists({str(README)!r}), os.path.exists('/etc/passwd'),"
         " os.path.exists('/work'))\n"
-        "try:\n    open('/usr/x', 'w')\nexcept OSError as e:\n    print('ro', e.errno)\n"
+        "for path in ['/usr/x', " + repr(str(target)) + "]:\n"
+        "    try:\n        open(path, 'w').write('x')\n"
+        "    except OSError as e:\n        print('refused', e.errno)\n"
     )
     assert out.stdout.split("\n")[0] == "False False False", out.stderr
-    assert "ro " in out.stdout
+    assert out.stdout.count("refused") == 2, out.stdout
+    assert not target.exists()
 
 
 def test_process_limit_and_pid_namespace_without_the_hook() -> None:
