@@ -12,4 +12,7 @@ pip() { "$venv/bin/python" -m pip "$@" --quiet --disable-pip-version-check 2>&1 
 # elsewhere PyPI's build of the same version.
 pip install "torch==2.13.0"
 pip install -e ".[train,dev]"
+# BFCL's official data, backends and checker, pinned, WITHOUT its dependencies (it pins
+# numpy==1.26.4 and many API SDKs); the multi-turn modules need only the stdlib and mpmath.
+pip install --no-deps "bfcl-eval==2026.3.23"
 "$venv/bin/python" -c "import torch, transformers, verl, trl, mcp, openai; print('main env ok:', torch.__version__, transformers.__version__)"

@@ -1,0 +1,123 @@
+"""The official BFCL-V3 multi-turn data, read from the installed ``bfcl-eval`` package.
+
+Every file is JSON Lines despite its ``.json`` name. Nothing is copied into this repository.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from astra_agent.errors import ConfigError
+
+PINNED = "2026.3.23"
+CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
+# The official harness's function-calling type mapping (Gorilla → OpenAPI/JSON schema).
+TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
+PY_NOTE = " Note that the provided function is in Python 3 syntax."
+
+
+def package_dir() -> Path:
+    try:
+        import bfcl_eval
+    except ImportError as exc:
+        raise ConfigError(
+            f"bfcl-eval is not installed (make setup installs bfcl-eval=={PINNED} "
+            "without its dependencies)"
+        ) from exc
+    return Path(bfcl_eval.__file__).parent
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    category: str
+    question: list[list[dict[str, Any]]]  # per turn, the user messages (empty: a held-out turn)
+    initial_config: dict[str, Any]
+    involved_classes: list[str]
+    missed_function: dict[str, list[str]]  # turn index (as a string) → functions held out
+    ground_truth: list[list[str]]  # per turn, Python call strings
+
+    @property
+    def long_context(self) -> bool:
+        return self.category == "long_context"
+
+
+@cache
+def load_category(category: str) -> tuple[Entry, ...]:
+    if category not in CATEGORIES:
+        raise ConfigError(f"unknown category {category!r}: choose from {', '.join(CATEGORIES)}")
+    data = package_dir() / "data"
+    name = f"BFCL_v4_multi_turn_{category}.json"
+    questions = _jsonl(data / name)
+    answers = {a["id"]: a["ground_truth"] for a in _jsonl(data / "possible_answer" / name)}
+    return tuple(
+        Entry(
+            q["id"],
+            category,
+            q["question"],
+            q["initial_config"],
+            q["involved_classes"],
+            q.get("missed_function") or {},
+            answers[q["id"]],
+        )
+        for q in questions
+    )
+
+
+@cache
+def function_docs(class_name: str) -> tuple[dict[str, Any], ...]:
+    from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
+
+    path = (
+        package_dir()
+        / "data"
+        / "multi_turn_func_doc"
+        / MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]
+    )
+    return tuple(_jsonl(path))
+
+
+def _schema(node: Any) -> Any:
+    if isinstance(node, dict):
+        out = {k: _schema(v) for k, v in node.items()}
+        if isinstance(out.get("type"), str):
+            out["type"] = TYPES.get(out["type"], out["type"])
+        return out
+    if isinstance(node, list):
+        return [_schema(v) for v in node]
+    return node
+
+
+def openai_tools(entry: Entry, *, include_missed: bool = False) -> list[dict[str, Any]]:
+    """OpenAI function schemas for the entry's classes, as the official FC harness builds them
+    (types mapped, the Python note appended); held-out functions left out unless asked."""
+    missed = {f for fs in entry.missed_function.values() for f in fs}
+    tools = []
+    for cls in entry.involved_classes:
+        for doc in function_docs(cls):
+            if doc["name"] in missed and not include_missed:
+                continue
+            tools.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": doc["name"],
+                        "description": doc["description"] + PY_NOTE,
+                        "parameters": _schema(doc["parameters"]),
+                    },
+                }
+            )
+    return tools
+
+
+def held_out_tools(entry: Entry, turn: int) -> list[dict[str, Any]]:
+    names = set(entry.missed_function.get(str(turn), []))
+    return [t for t in openai_tools(entry, include_missed=True) if t["function"]["name"] in names]
