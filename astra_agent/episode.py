@@ -165,6 +165,7 @@ async def run_episode(
     else:
         traj.messages.extend(dict(m) for m in messages)
     schemas = [t.to_openai() for t in specs]
+    traj.model = traj.model or model.name
     steps = 0
     while True:
         if steps >= limits.max_steps:

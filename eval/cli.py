@@ -13,11 +13,12 @@ from rich.table import Table
 
 from astra_agent.config import load_config
 from astra_agent.console import cli_errors, console, err_console, setup_logging
-from astra_agent.model import DEFAULT_BASE_URL
+from astra_agent.errors import ConfigError
+from astra_agent.model import DEFAULT_BASE_URL, ModelConfig
 
 app = typer.Typer(
     name="astra-eval",
-    help="Evaluate models: RL arenas (sandboxed Python environments); BFCL-V3 is coming.\n\n"
+    help="Evaluate models: BFCL-V3 multi-turn and the RL arenas (sandboxed Python tools).\n\n"
     "Example: astra-eval arenas --data eval/arenas/data/heldout.jsonl --out runs/arenas",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -154,8 +155,116 @@ def validate(
         raise typer.Exit(1)
 
 
-@app.command()
-def bfcl() -> None:
-    """BFCL-V3 multi-turn evaluation (coming: see the project's issues)."""
-    err_console.print("astra-eval bfcl is not built yet.")
-    raise typer.Exit(2)
+bfcl_app = typer.Typer(help="BFCL-V3 multi-turn (official data and checker semantics).")
+app.add_typer(bfcl_app, name="bfcl")
+
+
+@bfcl_app.callback(invoke_without_command=True)
+@cli_errors
+def bfcl(
+    ctx: typer.Context,
+    base_url: Annotated[str, typer.Option(envvar=["ASTRA_BASE_URL", "OPENAI_BASE_URL"])] = (
+        DEFAULT_BASE_URL
+    ),
+    model: Annotated[str | None, typer.Option(envvar="ASTRA_MODEL")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar=["ASTRA_API_KEY", "OPENAI_API_KEY"])] = None,
+    categories: Annotated[str, typer.Option(help="Comma-separated.")] = (
+        "base,miss_func,miss_param,long_context"
+    ),
+    ids: Annotated[str | None, typer.Option(help="Comma-separated entry ids.")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N entries per category.")] = None,
+    concurrency: Annotated[int, typer.Option(help="Entries at once.")] = 8,
+    temperature: Annotated[float, typer.Option(help="The paper used 0.6.")] = 0.6,
+    out: Annotated[Path, typer.Option(help="Results directory.")] = Path("runs/bfcl"),
+    resume: Annotated[bool, typer.Option(help="Continue the results in --out.")] = False,
+) -> None:
+    """Run BFCL-V3 multi-turn through the agent loop; score with the official semantics.
+
+    Example: astra-eval bfcl --base-url http://127.0.0.1:8000/v1 --concurrency 16 --out runs/bfcl
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from eval.bfcl.runner import PUBLISHED, BFCLConfig, evaluate_bfcl
+
+    cfg = BFCLConfig(
+        out=out,
+        concurrency=concurrency,
+        limit=limit,
+        resume=resume,
+        categories=[c.strip() for c in categories.split(",") if c.strip()],
+        ids=[i.strip() for i in ids.split(",")] if ids else None,
+        model=ModelConfig(base_url=base_url, model=model, api_key=api_key, temperature=temperature),
+    )
+    with Progress(
+        TextColumn("[bold]bfcl"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[score]}"),
+        console=err_console,
+    ) as bar:
+        job = bar.add_task("bfcl", total=None, score="")
+
+        def progress(rec: dict[str, Any], running: dict[str, Any]) -> None:
+            acc = "  ".join(f"{c} {a:.1f}" for c, a in running["accuracy"].items())
+            bar.update(job, completed=running["entries"], score=acc)
+
+        summary = asyncio.run(evaluate_bfcl(cfg, progress))
+    table = Table(title=f"BFCL-V3 multi-turn: {summary['entries']} entries, {summary['model']}")
+    for col in ("model", "overall", "base", "miss_func", "miss_param", "long_context"):
+        table.add_column(col, justify="right")
+    acc = summary["accuracy"]
+    table.add_row(
+        f"{summary['model']} (measured)",
+        f"{summary['overall']:.2f}",
+        *(
+            f"{acc[c]:.2f}" if c in acc else "-"
+            for c in ("base", "miss_func", "miss_param", "long_context")
+        ),
+    )
+    for name, row in PUBLISHED.items():
+        table.add_row(
+            f"{name} (published)",
+            f"{row['overall']:.2f}",
+            *(
+                f"{row[c]:.2f}" if c in row else "-"
+                for c in ("base", "miss_func", "miss_param", "long_context")
+            ),
+        )
+    console.print(table)
+    if summary["errors"]:
+        console.print("failures: " + ", ".join(f"{k}={v}" for k, v in summary["errors"].items()))
+    console.print(f"results: {out}/results.jsonl, summary.json, leaderboard.csv")
+
+
+@bfcl_app.command("parity")
+@cli_errors
+def bfcl_parity(
+    out: Annotated[Path, typer.Option(help="A results directory of `astra-eval bfcl`.")] = Path(
+        "runs/bfcl"
+    ),
+) -> None:
+    """Re-score a run with the official checker (bfcl-eval) and export it in the official
+    result-file format; exit 1 if any verdict differs.
+
+    Example: astra-eval bfcl parity --out runs/bfcl
+    """
+    import json
+
+    from eval.bfcl.parity import compare, export_official
+
+    path = out / "results.jsonl"
+    if not path.is_file():
+        raise ConfigError(f"no results at {path}")
+    records = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    files = export_official(records, out / "official", "astra")
+    diffs = compare(records)
+    for d in diffs[:20]:
+        err_console.print(f"[red]differs:[/] {d}")
+    console.print(
+        f"{len(records)} entries re-scored with the official checker: "
+        f"{len(records) - len(diffs)} agree, {len(diffs)} differ; "
+        f"official-format results: {', '.join(str(f) for f in files)}"
+    )
+    if diffs:
+        raise typer.Exit(1)

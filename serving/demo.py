@@ -3,6 +3,7 @@ real MCP server (mcp-server-time)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,19 +14,26 @@ from astra_agent.console import console
 from astra_agent.errors import AstraError
 from serving.convert import convert_checkpoint
 from serving.server import VLLMServer, load_serve_config
-from serving.tiny import build_tiny_checkpoint
+from serving.tiny import TinySpec, build_tiny_checkpoint
 
 DEMO_TASK = "What time is it in UTC right now?"
 DEMO_MCP = {"mcpServers": {"time": {"command": "mcp-server-time"}}}
 
 
 def prepare_tiny(workdir: Path) -> Path:
-    """Build (if needed) the scripted tiny fp32 checkpoint and its bf16 conversion."""
+    """Build the scripted tiny fp32 checkpoint and its bf16 conversion, unless a build of the
+    same spec is already there (a stamp records the spec it was built from)."""
     fp32, bf16 = workdir / "tiny-fp32", workdir / "tiny-bf16"
-    if not (fp32 / "config.json").is_file():
-        build_tiny_checkpoint(fp32, overwrite=True)
-    if not (bf16 / "model.safetensors.index.json").is_file():
+    stamp = workdir / "tiny.spec.json"
+    spec = TinySpec()
+    wanted = json.dumps(dataclasses.asdict(spec), sort_keys=True, default=str)
+    fresh = stamp.is_file() and stamp.read_text() == wanted
+    if not fresh or not (fp32 / "config.json").is_file():
+        build_tiny_checkpoint(fp32, spec, overwrite=True)
+        fresh = False
+    if not fresh or not (bf16 / "model.safetensors.index.json").is_file():
         convert_checkpoint(fp32, bf16, overwrite=True)
+    stamp.write_text(wanted)
     return bf16
 
 

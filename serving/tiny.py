@@ -79,7 +79,7 @@ class TinySpec:
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     head_dim: int = 32
-    max_position_embeddings: int = 4096
+    max_position_embeddings: int = 32768
     behavior: str = "scripted"  # or "random"
     script: Script = field(default_factory=Script)
     max_shard_size: str = "512KB"

@@ -11,6 +11,7 @@ of the turn must be a sub-multiset of all the model's results so far
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,16 @@ class TurnVerdict:
 
 def _public_state(instance: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(instance).items() if not k.startswith("_")}
+
+
+def _readable(value: Any, limit: int = 2000) -> Any:
+    """JSON as is where possible, else its repr (cut): a readable, storable diff."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        text = repr(value)
+        return text if len(text) <= limit else text[:limit] + "…"
 
 
 def check_entry(entry: Entry, model_turns: list[list[list[str]]]) -> TurnVerdict:
@@ -56,7 +67,7 @@ def check_entry(entry: Entry, model_turns: list[list[list[str]]]) -> TurnVerdict
             a, b = _public_state(model[cls]), _public_state(truth[cls])
             if a != b:
                 diff = {
-                    k: {"model": a.get(k), "ground_truth": b.get(k)}
+                    k: {"model": _readable(a.get(k)), "ground_truth": _readable(b.get(k))}
                     for k in sorted(set(a) | set(b))
                     if a.get(k) != b.get(k)
                 }

@@ -7,38 +7,13 @@ over several steps, a held-out function called early, a turn left empty, a turn 
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections import Counter
 
 import pytest
 
 from eval.bfcl import CATEGORIES, Entry, check_entry, load_category, openai_tools, parse_call
-
-_names = itertools.count()
-
-
-def official_verdict(entry: Entry, turns: list[list[list[str]]]) -> tuple[bool, str | None]:
-    """The official checker, with the turn-count check its runner does around it."""
-    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker as mtc
-    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils as mtu
-
-    if len(turns) != len(entry.ground_truth):
-        return False, "multi_turn:force_terminated"
-    name = f"parity{next(_names)}"
-    test_entry = {
-        "id": entry.id,
-        "initial_config": entry.initial_config,
-        "involved_classes": entry.involved_classes,
-    }
-    try:
-        res = mtc.multi_turn_checker(
-            turns, entry.ground_truth, test_entry, f"multi_turn_{entry.category}", name
-        )
-    finally:  # the official executor keeps instances in module globals: drop ours
-        for key in [k for k in vars(mtu) if k.startswith(name)]:
-            del vars(mtu)[key]
-    return bool(res["valid"]), res.get("error_type")
+from eval.bfcl.parity import official_verdict
 
 
 def as_is(entry: Entry) -> list[list[list[str]]]:

@@ -51,7 +51,7 @@ def test_command_enables_parsers_and_settings() -> None:
         "--enable-prefix-caching",
         "--served-model-name astra-tiny",
         "--port 9000",
-        "--max-model-len 4096",
+        "--max-model-len 16384",
         "--tensor-parallel-size 1",
         "--api-key k",
         "--enforce-eager",

@@ -1,0 +1,74 @@
+"""Score decoded runs with the official checker (``bfcl-eval``), for verdict-by-verdict parity.
+
+The official checker keeps backend instances in module globals keyed by model name and entry
+id, and never removes them: each call here uses a fresh name and drops its instances after.
+Its runner's turn-count check (``force_terminated``) is applied first, as the runner does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+from eval.bfcl.official import CATEGORIES, Entry, load_category
+
+_names = itertools.count()
+
+
+def official_verdict(entry: Entry, turns: list[list[list[str]]]) -> tuple[bool, str | None]:
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker as mtc
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils as mtu
+
+    if len(turns) != len(entry.ground_truth):
+        return False, "multi_turn:force_terminated"
+    name = f"astra_parity_{next(_names)}"
+    test_entry = {
+        "id": entry.id,
+        "initial_config": entry.initial_config,
+        "involved_classes": entry.involved_classes,
+    }
+    try:
+        res = mtc.multi_turn_checker(
+            turns, entry.ground_truth, test_entry, f"multi_turn_{entry.category}", name
+        )
+    finally:
+        for key in [k for k in vars(mtu) if k.startswith(name)]:
+            del vars(mtu)[key]
+    return bool(res["valid"]), res.get("error_type")
+
+
+def export_official(records: list[dict[str, Any]], out_dir: Path, model: str) -> list[Path]:
+    """Our records in the official result-file layout (``result`` holds, per turn and step,
+    the decoded calls as a function-calling handler's ``{name: json_args}`` list)."""
+    target = out_dir / model.replace("/", "_") / "multi_turn"
+    target.mkdir(parents=True, exist_ok=True)
+    files = []
+    for cat in CATEGORIES:
+        rows = sorted(
+            (r for r in records if r["category"] == cat),
+            key=lambda r: int(r["id"].rsplit("_", 1)[1]),
+        )
+        if not rows:
+            continue
+        path = target / f"BFCL_v4_multi_turn_{cat}_result.json"
+        with path.open("w") as f:
+            for r in rows:
+                f.write(json.dumps({"id": r["id"], "result": r["decoded"]}) + "\n")
+        files.append(path)
+    return files
+
+
+def compare(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every record whose verdict differs from the official checker's (empty: full parity)."""
+    entries = {e.id: e for c in CATEGORIES for e in load_category(c)}
+    out = []
+    for r in records:
+        if r.get("error") and "inference error" in r["error"]:
+            continue  # the official runner scores those as inference errors too
+        theirs = official_verdict(entries[r["id"]], r["decoded"])
+        ours = (bool(r["valid"]), r["error_type"] if not r["valid"] else None)
+        if ours != theirs:
+            out.append({"id": r["id"], "ours": ours, "official": theirs})
+    return out

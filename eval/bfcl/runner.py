@@ -1,0 +1,261 @@
+"""``astra-eval bfcl``: BFCL-V3 multi-turn inference through ``run_episode``, scored with the
+official semantics, one JSONL record per entry, resumable, concurrent.
+
+Per entry: one BFCLEnvironment (the backend instances live for the whole entry); per turn, the
+user message (or, at a miss_func held-out turn, the held-out functions with the official
+message) and up to 20 model steps; a turn that needs more ends the entry (force-terminated).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from astra_agent.episode import EpisodeLimits, run_episode
+from astra_agent.errors import ConfigError
+from astra_agent.model import ChatModel, ModelConfig
+from astra_agent.trajectory import Trajectory, append_jsonl, drop_torn_tail
+from eval.bfcl.backend import BFCLEnvironment, call_string
+from eval.bfcl.checker import check_entry
+from eval.bfcl.official import CATEGORIES, Entry, held_out_tools, load_category
+
+STEP_LIMIT = 20  # the official MAXIMUM_STEP_LIMIT
+HELD_OUT_MESSAGE = "I have updated some more functions you can choose from. What about now?"
+PUBLISHED = {  # paper Table 1, function-calling mode through vLLM, temperature 0.6
+    "ASTRA-14B": {
+        "base": 67.0,
+        "miss_func": 56.0,
+        "miss_param": 48.5,
+        "long_context": 61.0,
+        "overall": 58.13,
+    },
+    "ASTRA-32B": {
+        "base": 76.5,
+        "miss_func": 65.5,
+        "miss_param": 48.5,
+        "long_context": 66.5,
+        "overall": 64.25,
+    },
+    "Qwen3-14B": {"overall": 44.50},
+    "Qwen3-32B": {"overall": 49.63},
+}
+RESULTS = "results.jsonl"
+
+
+class BFCLConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    out: Path
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    categories: list[str] = Field(default_factory=lambda: list(CATEGORIES))
+    ids: list[str] | None = None
+    limit: int | None = Field(None, ge=1, description="first N entries per category")
+    concurrency: int = Field(8, ge=1)
+    resume: bool = False
+    tool_timeout_s: float = Field(60.0, gt=0)
+
+    def fingerprint(self) -> dict[str, Any]:
+        m = self.model
+        return {
+            "base_url": m.base_url,
+            "model": m.model,
+            "temperature": m.temperature,
+            "top_p": m.top_p,
+            "top_k": m.top_k,
+            "max_tokens": m.max_tokens,
+            "categories": sorted(self.categories),
+            "ids": self.ids,
+            "limit": self.limit,
+        }
+
+
+def select(cfg: BFCLConfig) -> list[Entry]:
+    """The entries to run; an unknown category or id is an error before anything runs."""
+    for c in cfg.categories:
+        if c not in CATEGORIES:
+            raise ConfigError(f"unknown category {c!r}: choose from {', '.join(CATEGORIES)}")
+    entries = []
+    for c in cfg.categories:
+        cat = list(load_category(c))
+        entries += cat[: cfg.limit] if cfg.limit else cat
+    if cfg.ids:
+        known = {e.id for c in CATEGORIES for e in load_category(c)}
+        unknown = sorted(set(cfg.ids) - known)
+        if unknown:
+            raise ConfigError(f"unknown BFCL id(s): {', '.join(unknown[:5])}")
+        entries = [e for e in entries if e.id in set(cfg.ids)]
+    return entries
+
+
+async def run_entry(entry: Entry, model: ChatModel, tool_timeout_s: float) -> dict[str, Any]:
+    """Infer every turn of one entry; return its record (verdict included)."""
+    env = BFCLEnvironment(entry)
+    # The official harness quits once its step count exceeds the limit: 21 executing steps.
+    limits = EpisodeLimits(max_steps=STEP_LIMIT + 1, tool_timeout_s=tool_timeout_s)
+    traj: Trajectory | None = None
+    decoded: list[list[list[str]]] = []
+    record: dict[str, Any] = {"id": entry.id, "category": entry.category}
+    try:
+        for t, question in enumerate(entry.question):
+            if str(t) in entry.missed_function:
+                env.add_tools(held_out_tools(entry, t))
+            msgs = question or [{"role": "user", "content": HELD_OUT_MESSAGE}]
+            start = len(traj.messages) if traj else 0
+            traj = await run_episode(
+                model, env, msgs, limits=limits, trajectory=traj, tools=await env.list_tools()
+            )
+            decoded.append(_decoded_steps(traj.messages[start:]))
+            if traj.termination == "model_error":
+                record["error"] = f"inference error: {traj.termination_detail}"
+                break
+            if traj.termination == "max_steps":
+                break  # the official harness stops the whole entry (force-terminated)
+    except Exception as exc:  # one entry's failure is recorded with its cause
+        record["error"] = f"{type(exc).__name__}: {exc}"
+    verdict = check_entry(entry, decoded)
+    verdict_type: str | None = verdict.error_type
+    if record.get("error") and "inference error" in record["error"]:
+        verdict_type = "multi_turn:inference_error"
+    record.update(
+        valid=verdict.valid and not record.get("error"),
+        error_type=verdict_type,
+        failed_turn=verdict.turn,
+        details=verdict.details,
+        decoded=decoded,
+        trajectory=traj.model_dump(mode="json") if traj else None,
+    )
+    return record
+
+
+def _decoded_steps(messages: list[dict[str, Any]]) -> list[list[str]]:
+    """The official decoded form of one turn: per model step, its calls as ``f(a=1)``
+    strings; steps without calls (the final answer) and undecodable calls are dropped, as the
+    official evaluator drops them."""
+    steps = []
+    for m in messages:
+        if m.get("role") != "assistant" or not m.get("tool_calls"):
+            continue
+        calls = []
+        for c in m["tool_calls"]:
+            try:
+                args = json.loads(c["function"]["arguments"] or "{}")
+            except json.JSONDecodeError:
+                continue
+            if isinstance(args, dict):
+                calls.append(call_string(c["function"]["name"], args))
+        if calls:
+            steps.append(calls)
+    return steps
+
+
+def _read_done(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.is_file():
+        return {}
+    drop_torn_tail(path)
+    return {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+def _prepare(cfg: BFCLConfig) -> dict[str, dict[str, Any]]:
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    meta, fp = cfg.out / "config.json", cfg.fingerprint()
+    if (cfg.out / RESULTS).is_file() and meta.is_file():
+        old = json.loads(meta.read_text())
+        if not cfg.resume:
+            raise ConfigError(
+                f"{cfg.out} already holds results",
+                hint="pass --resume to continue them, or choose another --out",
+            )
+        if old != fp:
+            diff = sorted(k for k in fp if old.get(k) != fp[k])
+            raise ConfigError(
+                f"{cfg.out} holds results of a different configuration ({', '.join(diff)} differ)",
+                hint="use another --out",
+            )
+    tmp = meta.with_suffix(".tmp")
+    tmp.write_text(json.dumps(fp, indent=2))
+    os.replace(tmp, meta)
+    return _read_done(cfg.out / RESULTS)
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    by_cat: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by_cat.setdefault(r["category"], []).append(r)
+    acc = {c: round(100 * sum(r["valid"] for r in rs) / len(rs), 2) for c, rs in by_cat.items()}
+    overall = round(sum(acc.values()) / len(acc), 2) if acc else 0.0
+    errors = Counter(r["error_type"] for r in records if not r["valid"] and r["error_type"])
+    return {
+        "entries": len(records),
+        "accuracy": acc,
+        "overall": overall,
+        "counts": {c: len(rs) for c, rs in by_cat.items()},
+        "errors": dict(errors),
+        "inference_errors": sum(1 for r in records if r.get("error")),
+    }
+
+
+def write_reports(out: Path, summary: dict[str, Any], model: str) -> None:
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps({**summary, "published": PUBLISHED}, indent=2))
+    os.replace(tmp, out / "summary.json")
+    cols = ["Model", "Multi Turn Overall Acc", "Base", "Miss Func", "Miss Param", "Long Context"]
+    acc = summary["accuracy"]
+    with (out / "leaderboard.csv.tmp").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        w.writerow([model, summary["overall"], *(acc.get(c, "") for c in CATEGORIES)])
+        for name, row in PUBLISHED.items():
+            w.writerow(
+                [f"{name} (published)", row["overall"], *(row.get(c, "") for c in CATEGORIES)]
+            )
+    os.replace(out / "leaderboard.csv.tmp", out / "leaderboard.csv")
+
+
+Progress = Callable[[dict[str, Any], dict[str, Any]], None]
+
+
+async def evaluate_bfcl(cfg: BFCLConfig, progress: Progress | None = None) -> dict[str, Any]:
+    entries = select(cfg)
+    model = ChatModel(cfg.model)
+    t0 = time.monotonic()
+    try:
+        await model.check_model()
+        done = _prepare(cfg)
+        records = [done[e.id] for e in entries if e.id in done]
+        todo = [e for e in entries if e.id not in done]
+        sem, lock = asyncio.Semaphore(cfg.concurrency), asyncio.Lock()
+
+        async def one(entry: Entry) -> None:
+            async with sem:
+                rec = await run_entry(entry, model, cfg.tool_timeout_s)
+            async with lock:
+                append_jsonl(cfg.out / RESULTS, rec)
+                records.append(rec)
+                if progress:
+                    progress(rec, summarize(records))
+
+        await asyncio.gather(*(one(e) for e in todo))
+    finally:
+        await model.close()
+    summary = {
+        **summarize(records),
+        "wall_s": round(time.monotonic() - t0, 2),
+        "model": model.name,
+        "bfcl_eval": "2026.3.23",
+    }
+    write_reports(cfg.out, summary, model.name)
+    return summary
+
+
+def fingerprint_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
