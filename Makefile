@@ -6,7 +6,7 @@ VENV := .venv
 SERVE := .venv-serve
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-system setup-main setup-serve setup-mcp test lint typecheck demo clean bench
+.PHONY: bench-bfcl setup setup-system setup-main setup-serve setup-mcp test lint typecheck demo clean bench
 
 setup: setup-system setup-main setup-serve setup-mcp
 
@@ -43,6 +43,9 @@ test: setup lint typecheck
 
 demo: setup
 	$(VENV)/bin/astra-serve demo
+
+bench-bfcl: setup
+	$(VENV)/bin/python bench/bfcl_harness.py
 
 bench: setup
 	$(VENV)/bin/python bench/convert.py

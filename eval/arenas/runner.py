@@ -198,7 +198,7 @@ async def evaluate_arenas(cfg: ArenaEvalConfig, progress: Progress | None = None
             async with sem:
                 rec = await _one(task, model, cfg)
             async with lock:
-                append_jsonl(cfg.out / RESULTS, rec)
+                append_jsonl(cfg.out / RESULTS, rec, fsync=False)
                 records.append(rec)
                 if progress:
                     progress(rec, summarize(records))

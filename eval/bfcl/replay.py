@@ -48,3 +48,25 @@ def replay_script(entries: list[Entry] | None = None) -> Script:
         return Reply(content="Done.")
 
     return script
+
+
+def main() -> None:
+    """Serve the replay of one category from its own process (benchmarks)."""
+    import argparse
+
+    from astra_agent.testing.scripted_server import _HTTPServer
+
+    ap = argparse.ArgumentParser(description="BFCL replay model (a fake model over HTTP).")
+    ap.add_argument("--category", required=True, choices=CATEGORIES)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--model", default="scripted")
+    args = ap.parse_args()
+    httpd = _HTTPServer(
+        ("127.0.0.1", args.port), replay_script(list(load_category(args.category))), args.model
+    )
+    print(f"replay server on http://127.0.0.1:{args.port}/v1", flush=True)
+    httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -239,7 +239,7 @@ async def evaluate_bfcl(cfg: BFCLConfig, progress: Progress | None = None) -> di
             async with sem:
                 rec = await run_entry(entry, model, cfg.tool_timeout_s)
             async with lock:
-                append_jsonl(cfg.out / RESULTS, rec)
+                append_jsonl(cfg.out / RESULTS, rec, fsync=False)
                 records.append(rec)
                 if progress:
                     progress(rec, summarize(records))

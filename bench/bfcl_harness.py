@@ -1,0 +1,180 @@
+"""Benchmark: `astra-eval bfcl` against the official BFCL pipeline on the same replay model.
+
+For each category, a replay server (ground-truth calls over real HTTP, a fake model) serves the
+model name of a function-calling registry entry of the official package that talks to any
+OpenAI-compatible chat endpoint. Then, in the same run:
+  * ours: inference through `run_episode` + scoring, concurrency 16;
+  * official: `bfcl generate --num-threads 16` then `bfcl evaluate` (which has no thread
+    option), from a separate virtualenv holding `bfcl-eval==2026.3.23` with all its pins.
+Target: identical scores, ours at least 5x faster.
+
+    .venv/bin/python bench/bfcl_harness.py [--categories base,...]
+
+The official virtualenv is created on first use under bench/out/ (torch 2.13.0 first, so that
+its sentence-transformers dependency does not pull a CUDA build).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from eval.bfcl.official import CATEGORIES, PINNED, load_category
+from eval.bfcl.runner import BFCLConfig, evaluate_bfcl
+
+REGISTRY_NAME = "openbmb/MiniCPM-SALA-FC"  # OpenAI chat-completions FC handler in bfcl-eval
+
+
+@contextlib.contextmanager
+def replay_server(category: str) -> Iterator[str]:
+    """The replay model in its own process, as a real endpoint would be, for both harnesses."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "eval.bfcl.replay",
+            "--category",
+            category,
+            "--port",
+            str(port),
+            "--model",
+            REGISTRY_NAME,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and "replay server" in proc.stdout.readline()
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def official_venv(path: Path) -> Path:
+    bfcl = path / "bin" / "bfcl"
+    if bfcl.exists():
+        return bfcl
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    pip = [str(path / "bin" / "python"), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "torch==2.13.0"], check=True)
+    subprocess.run([*pip, f"bfcl-eval=={PINNED}"], check=True)
+    subprocess.run([*pip, "soundfile"], check=True)  # qwen-agent imports it, undeclared
+    return bfcl
+
+
+def run_official(bfcl: Path, category: str, base_url: str, work: Path, threads: int) -> tuple:
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": "replay",
+        "BFCL_PROJECT_ROOT": str(work),
+    }
+    cat = f"multi_turn_{category}"
+    t0 = time.perf_counter()
+    subprocess.run(
+        [
+            str(bfcl),
+            "generate",
+            "--model",
+            REGISTRY_NAME,
+            "--test-category",
+            cat,
+            "--num-threads",
+            str(threads),
+            "--result-dir",
+            str(work / "result"),
+            "-o",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    t1 = time.perf_counter()
+    subprocess.run(
+        [
+            str(bfcl),
+            "evaluate",
+            "--model",
+            REGISTRY_NAME,
+            "--test-category",
+            cat,
+            "--result-dir",
+            str(work / "result"),
+            "--score-dir",
+            str(work / "score"),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    t2 = time.perf_counter()
+    score = next((work / "score").rglob(f"BFCL_v4_{cat}_score.json"))
+    head = json.loads(score.read_text().splitlines()[0])
+    return 100 * head["accuracy"], t1 - t0, t2 - t1
+
+
+def run_ours(category: str, base_url: str, work: Path, concurrency: int) -> tuple[float, float]:
+    cfg = BFCLConfig(
+        out=work,
+        categories=[category],
+        concurrency=concurrency,
+        model={"base_url": base_url, "model": REGISTRY_NAME},
+    )
+    t0 = time.perf_counter()
+    summary = asyncio.run(evaluate_bfcl(cfg))
+    return summary["accuracy"][category], time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--categories", default=",".join(CATEGORIES))
+    ap.add_argument("--threads", type=int, default=16)
+    ap.add_argument("--workdir", type=Path, default=Path("bench/out/bfcl"))
+    ap.add_argument("--official-venv", type=Path, default=Path("bench/out/bfcl-official-venv"))
+    args = ap.parse_args()
+    bfcl = official_venv(args.official_venv)
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    rows = []
+    for category in args.categories.split(","):
+        entries = list(load_category(category))
+        with replay_server(category) as base_url:
+            ours = run_ours(category, base_url, args.workdir / "ours" / category, args.threads)
+            official = run_official(
+                bfcl, category, base_url, args.workdir / "official", args.threads
+            )
+        rows.append((category, len(entries), *ours, *official))
+    print(
+        f"{'category':<14}{'entries':>8}{'ours acc':>10}{'ours s':>9}{'official acc':>14}"
+        f"{'generate s':>12}{'evaluate s':>12}{'speed-up':>10}"
+    )
+    tot_ours = tot_off = 0.0
+    for cat, n, acc, wall, oacc, gen, ev in rows:
+        tot_ours += wall
+        tot_off += gen + ev
+        print(
+            f"{cat:<14}{n:>8}{acc:>10.1f}{wall:>9.1f}{oacc:>14.1f}{gen:>12.1f}{ev:>12.1f}"
+            f"{(gen + ev) / wall:>9.1f}x"
+        )
+    same = all(abs(r[2] - r[4]) < 1e-9 for r in rows)
+    print(
+        f"total: ours {tot_ours:.1f} s, official {tot_off:.1f} s, {tot_off / tot_ours:.1f}x; "
+        f"scores identical: {same}; target >= 5x: {'met' if tot_off / tot_ours >= 5 else 'MISSED'}"
+    )
+
+
+if __name__ == "__main__":
+    main()
