@@ -26,9 +26,8 @@ from astra_agent.episode import EpisodeLimits, run_episode
 from astra_agent.errors import ConfigError
 from astra_agent.model import ChatModel, ModelConfig
 from astra_agent.sandbox import SandboxLimits, bwrap_available
-from astra_agent.trajectory import append_jsonl, drop_torn_tail
-
-RESULTS = "results.jsonl"
+from astra_agent.trajectory import append_jsonl
+from eval.results import RESULTS, prepare_results_dir
 
 
 class ArenaEvalConfig(BaseModel):
@@ -61,45 +60,8 @@ class ArenaEvalConfig(BaseModel):
         }
 
 
-def _read_done(path: Path) -> dict[int, dict[str, Any]]:
-    """Records already written; a torn last line (kill -9 mid-write) is dropped."""
-    done: dict[int, dict[str, Any]] = {}
-    if not path.is_file():
-        return done
-    drop_torn_tail(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise ConfigError(f"{path}:{i + 1} is corrupt; move it away to start afresh") from None
-        done[int(rec["index"])] = rec
-    return done
-
-
 def _prepare_out(cfg: ArenaEvalConfig) -> dict[int, dict[str, Any]]:
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    meta = cfg.out / "config.json"
-    fp = cfg.fingerprint()
-    if meta.is_file() and (cfg.out / RESULTS).is_file():
-        old = json.loads(meta.read_text())
-        if not cfg.resume:
-            raise ConfigError(
-                f"{cfg.out} already holds results",
-                hint="pass --resume to continue them, or choose another --out",
-            )
-        if old != fp:
-            diff = sorted(k for k in fp if old.get(k) != fp[k])
-            raise ConfigError(
-                f"{cfg.out} holds results of a different configuration ({', '.join(diff)} differ)",
-                hint="use another --out",
-            )
-    tmp = meta.with_suffix(".tmp")
-    tmp.write_text(json.dumps(fp, indent=2))
-    os.replace(tmp, meta)
-    return _read_done(cfg.out / RESULTS)
+    return prepare_results_dir(cfg.out, cfg.fingerprint(), cfg.resume, key="index")
 
 
 async def _one(task: ArenaTask, model: ChatModel, cfg: ArenaEvalConfig) -> dict[str, Any]:

@@ -24,10 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from astra_agent.episode import EpisodeLimits, run_episode
 from astra_agent.errors import ConfigError
 from astra_agent.model import ChatModel, ModelConfig
-from astra_agent.trajectory import Trajectory, append_jsonl, drop_torn_tail
+from astra_agent.trajectory import Trajectory, append_jsonl
 from eval.bfcl.backend import BFCLEnvironment, call_string
 from eval.bfcl.checker import check_entry
 from eval.bfcl.official import CATEGORIES, Entry, held_out_tools, load_category
+from eval.results import RESULTS, prepare_results_dir
 
 STEP_LIMIT = 20  # the official MAXIMUM_STEP_LIMIT
 HELD_OUT_MESSAGE = "I have updated some more functions you can choose from. What about now?"
@@ -49,7 +50,6 @@ PUBLISHED = {  # paper Table 1, function-calling mode through vLLM, temperature 
     "Qwen3-14B": {"overall": 44.50},
     "Qwen3-32B": {"overall": 49.63},
 }
-RESULTS = "results.jsonl"
 
 
 class BFCLConfig(BaseModel):
@@ -158,33 +158,8 @@ def _decoded_steps(messages: list[dict[str, Any]]) -> list[list[str]]:
     return steps
 
 
-def _read_done(path: Path) -> dict[str, dict[str, Any]]:
-    if not path.is_file():
-        return {}
-    drop_torn_tail(path)
-    return {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
-
-
 def _prepare(cfg: BFCLConfig) -> dict[str, dict[str, Any]]:
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    meta, fp = cfg.out / "config.json", cfg.fingerprint()
-    if (cfg.out / RESULTS).is_file() and meta.is_file():
-        old = json.loads(meta.read_text())
-        if not cfg.resume:
-            raise ConfigError(
-                f"{cfg.out} already holds results",
-                hint="pass --resume to continue them, or choose another --out",
-            )
-        if old != fp:
-            diff = sorted(k for k in fp if old.get(k) != fp[k])
-            raise ConfigError(
-                f"{cfg.out} holds results of a different configuration ({', '.join(diff)} differ)",
-                hint="use another --out",
-            )
-    tmp = meta.with_suffix(".tmp")
-    tmp.write_text(json.dumps(fp, indent=2))
-    os.replace(tmp, meta)
-    return _read_done(cfg.out / RESULTS)
+    return prepare_results_dir(cfg.out, cfg.fingerprint(), cfg.resume, key="id")
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
