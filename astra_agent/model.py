@@ -55,6 +55,17 @@ class ModelConfig(BaseModel):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     reasoning_field: Literal["both", "reasoning", "reasoning_content"] = "both"
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What decides a run's results (endpoint, model, sampling): --resume must match it."""
+        return {
+            "base_url": self.base_url,
+            "model": self.model,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "max_tokens": self.max_tokens,
+        }
+
 
 @dataclass
 class ToolCall:

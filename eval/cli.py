@@ -27,6 +27,18 @@ arenas_app = typer.Typer(help="RL arenas in the ASTRA-RL format.", no_args_is_he
 app.add_typer(arenas_app, name="arenas")
 
 
+def _progress(label: str) -> Progress:
+    """The progress bar of a long eval: done/total, elapsed, and the running score."""
+    return Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[score]}"),
+        console=err_console,
+    )
+
+
 @app.callback()
 def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
     setup_logging(verbose)
@@ -84,14 +96,7 @@ def arenas(
         },
         env_prefix="ASTRA_EVAL_",
     )
-    with Progress(
-        TextColumn("[bold]arenas"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[score]}"),
-        console=err_console,
-    ) as bar:
+    with _progress("arenas") as bar:
         job = bar.add_task("arenas", total=limit, score="")
 
         def progress(rec: dict[str, Any], running: dict[str, Any]) -> None:
@@ -195,14 +200,7 @@ def bfcl(
         ids=[i.strip() for i in ids.split(",")] if ids else None,
         model=ModelConfig(base_url=base_url, model=model, api_key=api_key, temperature=temperature),
     )
-    with Progress(
-        TextColumn("[bold]bfcl"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[score]}"),
-        console=err_console,
-    ) as bar:
+    with _progress("bfcl") as bar:
         job = bar.add_task("bfcl", total=None, score="")
 
         def progress(rec: dict[str, Any], running: dict[str, Any]) -> None:

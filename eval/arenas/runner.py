@@ -46,15 +46,9 @@ class ArenaEvalConfig(BaseModel):
     def fingerprint(self) -> dict[str, Any]:
         """What must match for --resume to continue a results directory."""
         digest = hashlib.sha256(self.data.read_bytes()).hexdigest()
-        m = self.model
         return {
             "data_sha256": digest,
-            "base_url": m.base_url,
-            "model": m.model,
-            "temperature": m.temperature,
-            "top_p": m.top_p,
-            "top_k": m.top_k,
-            "max_tokens": m.max_tokens,
+            **self.model.fingerprint(),
             "limits": self.limits.model_dump(),
             "sandbox": self.sandbox.model_dump(),
         }

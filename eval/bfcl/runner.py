@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import hashlib
 import json
 import os
 import time
@@ -65,14 +64,8 @@ class BFCLConfig(BaseModel):
     tool_timeout_s: float = Field(60.0, gt=0)
 
     def fingerprint(self) -> dict[str, Any]:
-        m = self.model
         return {
-            "base_url": m.base_url,
-            "model": m.model,
-            "temperature": m.temperature,
-            "top_p": m.top_p,
-            "top_k": m.top_k,
-            "max_tokens": m.max_tokens,
+            **self.model.fingerprint(),
             "categories": sorted(self.categories),
             "ids": self.ids,
             "limit": self.limit,
@@ -230,7 +223,3 @@ async def evaluate_bfcl(cfg: BFCLConfig, progress: Progress | None = None) -> di
     }
     write_reports(cfg.out, summary, model.name)
     return summary
-
-
-def fingerprint_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
