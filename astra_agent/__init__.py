@@ -2,7 +2,7 @@
 
 from astra_agent.config import load_config, read_mapping
 from astra_agent.environment import Environment, ToolResult, ToolSpec
-from astra_agent.episode import EpisodeLimits, run_episode, truncate_middle
+from astra_agent.episode import CallPolicy, EpisodeLimits, run_episode, truncate_middle
 from astra_agent.errors import (
     AstraError,
     CheckpointError,
@@ -20,6 +20,7 @@ from astra_agent.trajectory import CallEvent, Trajectory, append_jsonl, read_jso
 __all__ = [
     "AstraError",
     "CallEvent",
+    "CallPolicy",
     "ChatModel",
     "CheckpointError",
     "ConfigError",

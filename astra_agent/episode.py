@@ -3,7 +3,8 @@
 Every failure of a call — invalid JSON arguments, an unknown tool, arguments that fail the
 tool's schema, a tool error, a timeout — becomes a tool result the model can read; the episode
 goes on and the event is counted. Parallel calls run concurrently; results go back in call
-order.
+order. A ``CallPolicy`` can hand calls to the environment unchecked, for an evaluation that must
+reproduce another harness's semantics (BFCL).
 """
 
 from __future__ import annotations
@@ -33,8 +34,34 @@ class EpisodeLimits(BaseModel):
     max_tokens: int | None = Field(None, ge=1, description="prompt+completion tokens, summed")
     max_time_s: float | None = Field(None, gt=0, description="wall time of the episode")
     tool_timeout_s: float = Field(120.0, gt=0)
-    max_tool_output_chars: int = Field(20_000, ge=200)
+    max_tool_output_chars: int | None = Field(
+        20_000, ge=200, description="head+tail truncation of tool results (None: keep whole)"
+    )
     parallel_tool_calls: bool = True
+
+
+class CallPolicy(BaseModel):
+    """What the loop checks before a call reaches the environment. The defaults suit agents;
+    an evaluation that reproduces another harness turns checks off (``eval.bfcl``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    check_names: bool = Field(True, description="a tool not offered: error result, not run")
+    check_arguments: bool = Field(True, description="arguments against the tool's JSON schema")
+    end_on_undecodable: bool = Field(
+        False,
+        description="a step with a call whose arguments are not a JSON object ends the "
+        "episode (termination 'undecodable') and none of its calls runs",
+    )
+
+
+def decode_arguments(call: ToolCall) -> dict[str, Any] | None:
+    """A call's arguments as a JSON object, or None when they are not one (empty included)."""
+    try:
+        args = json.loads(call.arguments)
+    except json.JSONDecodeError:
+        return None
+    return args if isinstance(args, dict) else None
 
 
 def truncate_middle(text: str, limit: int) -> tuple[str, bool]:
@@ -49,7 +76,8 @@ def truncate_middle(text: str, limit: int) -> tuple[str, bool]:
     return text[:head] + marker + (text[-tail:] if tail else ""), True
 
 
-_VALIDATORS: dict[int, tuple[ToolSpec, Any]] = {}
+_VALIDATORS: dict[int, tuple[ToolSpec, Any]] = {}  # by tool spec object
+_COMPILED: dict[str, Any] = {}  # by schema text: checking a schema costs ~1 ms
 
 
 def _validator(spec: ToolSpec) -> Any:
@@ -59,12 +87,19 @@ def _validator(spec: ToolSpec) -> Any:
         return hit[1]
     import jsonschema
 
-    try:
-        cls = jsonschema.validators.validator_for(spec.parameters)
-        cls.check_schema(spec.parameters)
-        validator = cls(spec.parameters)
-    except jsonschema.SchemaError:
-        validator = None  # the tool's own schema is broken: let the tool decide
+    key = json.dumps(spec.parameters, sort_keys=True, default=str)
+    if key in _COMPILED:
+        validator = _COMPILED[key]
+    else:
+        try:
+            cls = jsonschema.validators.validator_for(spec.parameters)
+            cls.check_schema(spec.parameters)
+            validator = cls(spec.parameters)
+        except jsonschema.SchemaError:
+            validator = None  # the tool's own schema is broken: let the tool decide
+        if len(_COMPILED) > 10_000:
+            _COMPILED.clear()
+        _COMPILED[key] = validator
     if len(_VALIDATORS) > 10_000:
         _VALIDATORS.clear()
     _VALIDATORS[id(spec)] = (spec, validator)
@@ -90,7 +125,11 @@ class _Outcome:
 
 
 async def _run_call(
-    env: Environment, tools: dict[str, ToolSpec], call: ToolCall, limits: EpisodeLimits
+    env: Environment,
+    tools: dict[str, ToolSpec],
+    call: ToolCall,
+    limits: EpisodeLimits,
+    policy: CallPolicy,
 ) -> _Outcome:
     t0 = time.monotonic()
 
@@ -98,7 +137,7 @@ async def _run_call(
         return _Outcome(ToolResult(text, is_error=error), status, time.monotonic() - t0)
 
     spec = tools.get(call.name)
-    if spec is None:
+    if spec is None and policy.check_names:
         names = ", ".join(sorted(tools)) or "none"
         return done(f"Error: unknown tool '{call.name}'. Available tools: {names}.", "unknown_tool")
     try:
@@ -111,7 +150,7 @@ async def _run_call(
         )
     if not isinstance(args, dict):
         return done(f"Error: the arguments of '{call.name}' must be a JSON object.", "schema_error")
-    problem = _schema_error(spec, args)
+    problem = _schema_error(spec, args) if spec is not None and policy.check_arguments else None
     if problem:
         return done(f"Error: invalid arguments for '{call.name}': {problem}", "schema_error")
     try:
@@ -148,6 +187,7 @@ async def run_episode(
     on_result: ResultHook | None = None,
     on_delta: DeltaHook | None = None,
     trajectory: Trajectory | None = None,
+    policy: CallPolicy | None = None,
 ) -> Trajectory:
     """Run one episode from ``messages``; return its trajectory (never raises for tool or
     model failures: they end up in the trajectory).
@@ -156,6 +196,7 @@ async def run_episode(
     to ``trajectory.messages`` and call again); its counters keep adding up.
     """
     limits = limits or EpisodeLimits()
+    policy = policy or CallPolicy()
     t_start = time.monotonic()
     specs = tools if tools is not None else await env.list_tools()
     by_name = {t.name: t for t in specs}
@@ -205,7 +246,10 @@ async def run_episode(
             else:
                 _end(traj, "empty_reply", "the model returned nothing")
             break
-        await _run_calls(env, by_name, turn, traj, limits, on_result)
+        if policy.end_on_undecodable and any(decode_arguments(c) is None for c in turn.tool_calls):
+            _end(traj, "undecodable", "a call's arguments are not a JSON object; none was run")
+            break
+        await _run_calls(env, by_name, turn, traj, limits, policy, on_result)
         if limits.max_tokens and traj.usage.total_tokens >= limits.max_tokens:
             _end(traj, "max_tokens", f"{traj.usage.total_tokens} ≥ {limits.max_tokens} tokens")
             break
@@ -219,17 +263,22 @@ async def _run_calls(
     turn: ModelTurn,
     traj: Trajectory,
     limits: EpisodeLimits,
+    policy: CallPolicy,
     on_result: ResultHook | None,
 ) -> None:
     t0 = time.monotonic()
     calls = turn.tool_calls
     if limits.parallel_tool_calls:
-        outcomes = await asyncio.gather(*(_run_call(env, by_name, c, limits) for c in calls))
+        outcomes = await asyncio.gather(
+            *(_run_call(env, by_name, c, limits, policy) for c in calls)
+        )
     else:
-        outcomes = [await _run_call(env, by_name, c, limits) for c in calls]
+        outcomes = [await _run_call(env, by_name, c, limits, policy) for c in calls]
     traj.timings.tools_s += time.monotonic() - t0
     for call, out in zip(calls, outcomes, strict=True):
-        text, truncated = truncate_middle(out.result.text, limits.max_tool_output_chars)
+        text, truncated = out.result.text, False
+        if limits.max_tool_output_chars is not None:
+            text, truncated = truncate_middle(text, limits.max_tool_output_chars)
         traj.messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
         traj.events.append(
             CallEvent(

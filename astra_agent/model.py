@@ -54,6 +54,11 @@ class ModelConfig(BaseModel):
     retry_backoff_s: float = Field(0.5, ge=0)
     extra_body: dict[str, Any] = Field(default_factory=dict)
     reasoning_field: Literal["both", "reasoning", "reasoning_content"] = "both"
+    recover_calls: bool = Field(
+        True,
+        description="take <tool_call> blocks the server's parser left in the text as calls "
+        "(off where the reply must be scored as the server returned it: BFCL)",
+    )
 
     def fingerprint(self) -> dict[str, Any]:
         """What decides a run's results (endpoint, model, sampling): --resume must match it."""
@@ -192,6 +197,9 @@ class ChatModel:
             api_key=self.config.api_key or "EMPTY",
             timeout=self.config.request_timeout_s,
             max_retries=0,  # ours, with backoff and logging
+            # aiohttp under the SDK: a third less client CPU per request than its default
+            # transport, which is what bounds a concurrent eval (bench/bfcl_harness.py).
+            http_client=openai.DefaultAioHttpClient(timeout=self.config.request_timeout_s),
         )
         self._model = self.config.model
 
@@ -235,19 +243,34 @@ class ChatModel:
                 attempt += 1
                 await asyncio.sleep(delay)
 
-    def _params(self, stream: bool) -> dict[str, Any]:
+    def _body(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        stream: bool,
+    ) -> dict[str, Any]:
+        """The request's JSON body: sampling settings, then ``extra_body`` (which wins)."""
         c = self.config
-        extra = dict(c.extra_body)
-        if c.top_k is not None:
-            extra.setdefault("top_k", c.top_k)
-        if c.min_p is not None:
-            extra.setdefault("min_p", c.min_p)
-        params: dict[str, Any] = {"temperature": c.temperature, "top_p": c.top_p, "stream": stream}
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": messages,
+            "temperature": c.temperature,
+            "top_p": c.top_p,
+            "stream": stream,
+        }
         if c.max_tokens is not None:
-            params["max_tokens"] = c.max_tokens
-        if extra:
-            params["extra_body"] = extra
-        return params
+            body["max_tokens"] = c.max_tokens
+        if c.top_k is not None:
+            body["top_k"] = c.top_k
+        if c.min_p is not None:
+            body["min_p"] = c.min_p
+        if tools:
+            body["tools"] = tools
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        body.update(c.extra_body)
+        return body
 
     async def complete(
         self,
@@ -257,21 +280,28 @@ class ChatModel:
     ) -> ModelTurn:
         """One model call. With ``on_delta`` the reply is streamed: ``on_delta(kind, text)``
         gets each piece of ``reasoning`` and ``content`` as it arrives."""
+        from openai import AsyncStream
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
         model = await self.model_name()
         stream = on_delta is not None
-        msgs = prepare_messages(messages, self.config.reasoning_field)
-        kwargs = {"model": model, "messages": msgs, **self._params(stream)}
-        if tools:
-            kwargs["tools"] = tools
+        body = self._body(
+            model, prepare_messages(messages, self.config.reasoning_field), tools, stream
+        )
+        # The body is posted as built: `chat.completions.create` would first walk every
+        # message and tool schema through the SDK's typed-dict transform, which is a no-op for
+        # plain JSON but cost more CPU than the rest of a request (bench/bfcl_harness.py).
+        post = self._client.post
+        kwargs = {"cast_to": ChatCompletion, "body": body, "stream": stream}
         if stream:
-            kwargs["stream_options"] = {"include_usage": True}
+            kwargs["stream_cls"] = AsyncStream[ChatCompletionChunk]
         t0 = time.monotonic()
-        r = await self._with_retries(self._client.chat.completions.create, **kwargs)
+        r = await self._with_retries(post, "/chat/completions", **kwargs)
         if stream:
             assert on_delta is not None
             turn = await _collect_stream(r, on_delta)
             turn.latency_s = time.monotonic() - t0
-            return recover(turn)
+            return recover(turn) if self.config.recover_calls else turn
         if not r.choices:
             raise ServerError(f"{self.config.base_url} returned no choices")
         choice = r.choices[0]
@@ -290,7 +320,7 @@ class ChatModel:
             completion_tokens=getattr(r.usage, "completion_tokens", 0) or 0,
             latency_s=time.monotonic() - t0,
         )
-        return recover(turn)
+        return recover(turn) if self.config.recover_calls else turn
 
     async def close(self) -> None:
         await self._client.close()
@@ -349,12 +379,26 @@ def recover(turn: ModelTurn) -> ModelTurn:
     return turn
 
 
+def _refusal(exc: BaseException) -> BaseException | None:
+    """The connection failure (refused, unreachable, DNS) behind an SDK error, if any. The
+    SDK's aiohttp transport reports a refused connection as a connect *timeout*."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and not isinstance(seen, TimeoutError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def _describe(exc: Exception) -> str:
     import openai
 
-    if isinstance(exc, openai.APITimeoutError):
-        return "request timed out"
     if isinstance(exc, openai.APIConnectionError):
+        refused = _refusal(exc)
+        if refused is not None:
+            return f"cannot connect ({refused})"
+        if isinstance(exc, openai.APITimeoutError):
+            return "request timed out"
         return f"cannot connect ({exc.__cause__ or exc})"
     if isinstance(exc, openai.APIStatusError):
         return f"HTTP {exc.status_code}: {str(exc.message)[:300]}"

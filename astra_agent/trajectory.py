@@ -28,6 +28,7 @@ Termination = Literal[
     "length",  # the model's reply was cut by its token limit
     "empty_reply",
     "model_error",  # the endpoint failed after retries
+    "undecodable",  # a call's arguments were not a JSON object (CallPolicy.end_on_undecodable)
 ]
 CallStatus = Literal["ok", "tool_error", "invalid_json", "unknown_tool", "schema_error", "timeout"]
 

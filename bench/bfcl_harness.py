@@ -3,7 +3,8 @@
 For each category, a replay server (ground-truth calls over real HTTP, a fake model) serves the
 model name of a function-calling registry entry of the official package that talks to any
 OpenAI-compatible chat endpoint. Then, in the same run:
-  * ours: inference through `run_episode` + scoring, concurrency 16;
+  * ours: `astra-eval bfcl --concurrency 16` in its own process (inference through
+    `run_episode`, then scoring);
   * official: `bfcl generate --num-threads 16` then `bfcl evaluate` (which has no thread
     option), from a separate virtualenv holding `bfcl-eval==2026.3.23` with all its pins.
 Target: identical scores, ours at least 5x faster.
@@ -17,7 +18,6 @@ its sentence-transformers dependency does not pull a CUDA build).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from eval.bfcl.official import CATEGORIES, PINNED, load_category
-from eval.bfcl.runner import BFCLConfig, evaluate_bfcl
 
 REGISTRY_NAME = "openbmb/MiniCPM-SALA-FC"  # OpenAI chat-completions FC handler in bfcl-eval
 
@@ -128,15 +127,30 @@ def run_official(bfcl: Path, category: str, base_url: str, work: Path, threads: 
 
 
 def run_ours(category: str, base_url: str, work: Path, concurrency: int) -> tuple[float, float]:
-    cfg = BFCLConfig(
-        out=work,
-        categories=[category],
-        concurrency=concurrency,
-        model={"base_url": base_url, "model": REGISTRY_NAME},
-    )
+    """`astra-eval bfcl` as a user runs it: its own process, timed from start to exit."""
+    cli = Path(sys.executable).parent / "astra-eval"
     t0 = time.perf_counter()
-    summary = asyncio.run(evaluate_bfcl(cfg))
-    return summary["accuracy"][category], time.perf_counter() - t0
+    subprocess.run(
+        [
+            str(cli),
+            "bfcl",
+            "--base-url",
+            base_url,
+            "--model",
+            REGISTRY_NAME,
+            "--categories",
+            category,
+            "--concurrency",
+            str(concurrency),
+            "--out",
+            str(work),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    wall = time.perf_counter() - t0
+    summary = json.loads((work / "summary.json").read_text())
+    return summary["accuracy"][category], wall
 
 
 def main() -> None:

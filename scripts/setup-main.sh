@@ -15,4 +15,9 @@ pip install -e ".[train,dev]"
 # BFCL's official data, backends and checker, pinned, WITHOUT its dependencies (it pins
 # numpy==1.26.4 and many API SDKs); the multi-turn modules need only the stdlib and mpmath.
 pip install --no-deps "bfcl-eval==2026.3.23"
+# Its response decoder (bfcl_eval.model_handler.utils, used for decoding parity) also imports
+# tree-sitter parsers and tenacity: small, and at bfcl-eval's own pins.
+pip install --no-deps "tree_sitter==0.21.3" "tree-sitter-java==0.21.0" \
+  "tree-sitter-javascript==0.21.4" "tenacity>=8.5.0"
 "$venv/bin/python" -c "import torch, transformers, verl, trl, mcp, openai; print('main env ok:', torch.__version__, transformers.__version__)"
+"$venv/bin/python" -c "from bfcl_eval.model_handler.utils import convert_to_function_call"

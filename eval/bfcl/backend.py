@@ -96,6 +96,29 @@ def call_string(name: str, arguments: dict[str, Any]) -> str:
     return f"{name}({','.join(f'{k}={v!r}' for k, v in arguments.items())})"
 
 
+def decode_step(responses: Any) -> list[str] | None:
+    """One model step as the official function-calling harness decodes it: the step's calls
+    ``[{name: json_arguments}, ...]`` become ``["name(a=1)", ...]``. None when the step does not
+    decode — text, arguments that are not valid JSON or not an object — and the official
+    harness then drops the whole step, even calls of it that would decode."""
+    if not isinstance(responses, list):
+        return None
+    out = []
+    for call in responses:
+        if not isinstance(call, dict):
+            return None
+        for name, value in call.items():
+            if isinstance(value, str):
+                try:
+                    value = json.loads(value)
+                except json.JSONDecodeError:
+                    return None
+            if not isinstance(value, dict):
+                return None
+            out.append(call_string(name, value))
+    return out
+
+
 class BFCLEnvironment:
     """One entry's backend instances, alive for the whole entry (all its turns)."""
 

@@ -1,4 +1,4 @@
-"""Score decoded runs with the official checker (``bfcl-eval``), for verdict-by-verdict parity.
+"""Score our runs with the official decoder and checker (``bfcl-eval``), verdict by verdict.
 
 The official checker keeps backend instances in module globals keyed by model name and entry
 id, and never removes them: each call here uses a fresh name and drops its instances after.
@@ -39,9 +39,32 @@ def official_verdict(entry: Entry, turns: list[list[list[str]]]) -> tuple[bool, 
     return bool(res["valid"]), res.get("error_type")
 
 
+def official_decode(responses: list[list[Any]]) -> list[list[list[str]]]:
+    """Raw per-turn, per-step model responses decoded by the official evaluator's own code
+    (its function-calling decoder; steps that fail to decode or decode empty are skipped)."""
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import (
+        is_empty_execute_response,
+    )
+    from bfcl_eval.model_handler.utils import convert_to_function_call
+
+    turns = []
+    for turn in responses:
+        steps = []
+        for step in turn:
+            try:
+                calls = convert_to_function_call(step)
+            except Exception:  # as the official evaluator: undecodable steps are skipped
+                continue
+            if not is_empty_execute_response(calls):
+                steps.append(calls)
+        turns.append(steps)
+    return turns
+
+
 def export_official(records: list[dict[str, Any]], out_dir: Path, model: str) -> list[Path]:
-    """Our records in the official result-file layout (``result`` holds, per turn and step,
-    the decoded calls as a function-calling handler's ``{name: json_args}`` list)."""
+    """Our records in the official result-file layout: ``result`` holds, per turn and step,
+    the raw model response as a function-calling handler stores it (``[{name: json_args}]``
+    or the text), for ``bfcl evaluate`` to decode and score itself."""
     target = out_dir / model.replace("/", "_") / "multi_turn"
     target.mkdir(parents=True, exist_ok=True)
     files = []
@@ -55,19 +78,22 @@ def export_official(records: list[dict[str, Any]], out_dir: Path, model: str) ->
         path = target / f"BFCL_v4_multi_turn_{cat}_result.json"
         with path.open("w") as f:
             for r in rows:
-                f.write(json.dumps({"id": r["id"], "result": r["decoded"]}) + "\n")
+                result = r.get("responses", r["decoded"])
+                f.write(json.dumps({"id": r["id"], "result": result}) + "\n")
         files.append(path)
     return files
 
 
 def compare(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every record whose verdict differs from the official checker's (empty: full parity)."""
+    """Every record whose verdict differs from the official checker's (empty: full parity).
+    The official side decodes the raw responses itself, so our decoding is checked too."""
     entries = {e.id: e for c in CATEGORIES for e in load_category(c)}
     out = []
     for r in records:
         if r.get("error") and "inference error" in r["error"]:
             continue  # the official runner scores those as inference errors too
-        theirs = official_verdict(entries[r["id"]], r["decoded"])
+        turns = official_decode(r["responses"]) if "responses" in r else r["decoded"]
+        theirs = official_verdict(entries[r["id"]], turns)
         ours = (bool(r["valid"]), r["error_type"] if not r["valid"] else None)
         if ours != theirs:
             out.append({"id": r["id"], "ours": ours, "official": theirs})

@@ -4,6 +4,11 @@ official semantics, one JSONL record per entry, resumable, concurrent.
 Per entry: one BFCLEnvironment (the backend instances live for the whole entry); per turn, the
 user message (or, at a miss_func held-out turn, the held-out functions with the official
 message) and up to 20 model steps; a turn that needs more ends the entry (force-terminated).
+
+The loop runs with the official harness's semantics (``OFFICIAL_CALLS``): every call goes to
+the backends unchecked (an unknown name fails there with the official wording, and a held-out
+function called before it is offered runs, as it does there); a step whose calls do not decode
+ends the turn with none of them run; tool results reach the model whole (long_context).
 """
 
 from __future__ import annotations
@@ -20,16 +25,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from astra_agent.episode import EpisodeLimits, run_episode
+from astra_agent.episode import CallPolicy, EpisodeLimits, run_episode
 from astra_agent.errors import ConfigError
 from astra_agent.model import ChatModel, ModelConfig
 from astra_agent.trajectory import Trajectory, append_jsonl
-from eval.bfcl.backend import BFCLEnvironment, call_string
+from eval.bfcl.backend import BFCLEnvironment, decode_step
 from eval.bfcl.checker import check_entry
 from eval.bfcl.official import CATEGORIES, Entry, held_out_tools, load_category
 from eval.results import RESULTS, prepare_results_dir
 
 STEP_LIMIT = 20  # the official MAXIMUM_STEP_LIMIT
+OFFICIAL_CALLS = CallPolicy(check_names=False, check_arguments=False, end_on_undecodable=True)
 HELD_OUT_MESSAGE = "I have updated some more functions you can choose from. What about now?"
 PUBLISHED = {  # paper Table 1, function-calling mode through vLLM, temperature 0.6
     "ASTRA-14B": {
@@ -94,9 +100,12 @@ async def run_entry(entry: Entry, model: ChatModel, tool_timeout_s: float) -> di
     """Infer every turn of one entry; return its record (verdict included)."""
     env = BFCLEnvironment(entry)
     # The official harness quits once its step count exceeds the limit: 21 executing steps.
-    limits = EpisodeLimits(max_steps=STEP_LIMIT + 1, tool_timeout_s=tool_timeout_s)
+    limits = EpisodeLimits(
+        max_steps=STEP_LIMIT + 1, tool_timeout_s=tool_timeout_s, max_tool_output_chars=None
+    )
     traj: Trajectory | None = None
     decoded: list[list[list[str]]] = []
+    responses: list[list[Any]] = []
     record: dict[str, Any] = {"id": entry.id, "category": entry.category}
     try:
         for t, question in enumerate(entry.question):
@@ -105,9 +114,17 @@ async def run_entry(entry: Entry, model: ChatModel, tool_timeout_s: float) -> di
             msgs = question or [{"role": "user", "content": HELD_OUT_MESSAGE}]
             start = len(traj.messages) if traj else 0
             traj = await run_episode(
-                model, env, msgs, limits=limits, trajectory=traj, tools=await env.list_tools()
+                model,
+                env,
+                msgs,
+                limits=limits,
+                trajectory=traj,
+                tools=await env.list_tools(),
+                policy=OFFICIAL_CALLS,
             )
-            decoded.append(_decoded_steps(traj.messages[start:]))
+            raw, steps = _steps(traj.messages[start:])
+            responses.append(raw)
+            decoded.append(steps)
             if traj.termination == "model_error":
                 record["error"] = f"inference error: {traj.termination_detail}"
                 break
@@ -125,30 +142,30 @@ async def run_entry(entry: Entry, model: ChatModel, tool_timeout_s: float) -> di
         failed_turn=verdict.turn,
         details=verdict.details,
         decoded=decoded,
+        responses=responses,
         trajectory=traj.model_dump(mode="json") if traj else None,
     )
     return record
 
 
-def _decoded_steps(messages: list[dict[str, Any]]) -> list[list[str]]:
-    """The official decoded form of one turn: per model step, its calls as ``f(a=1)``
-    strings; steps without calls (the final answer) and undecodable calls are dropped, as the
-    official evaluator drops them."""
-    steps = []
+def _steps(messages: list[dict[str, Any]]) -> tuple[list[Any], list[list[str]]]:
+    """One turn's model steps: raw, in the official result format (a step's calls as
+    ``[{name: arguments}]``, or its text), and decoded as the official evaluator decodes them
+    (steps that do not decode, and the final answer, are dropped)."""
+    raw: list[Any] = []
+    decoded = []
     for m in messages:
-        if m.get("role") != "assistant" or not m.get("tool_calls"):
+        if m.get("role") != "assistant":
             continue
-        calls = []
-        for c in m["tool_calls"]:
-            try:
-                args = json.loads(c["function"]["arguments"] or "{}")
-            except json.JSONDecodeError:
-                continue
-            if isinstance(args, dict):
-                calls.append(call_string(c["function"]["name"], args))
+        if not m.get("tool_calls"):
+            raw.append(m.get("content") or "")
+            continue
+        step = [{c["function"]["name"]: c["function"]["arguments"]} for c in m["tool_calls"]]
+        raw.append(step)
+        calls = decode_step(step)
         if calls:
-            steps.append(calls)
-    return steps
+            decoded.append(calls)
+    return raw, decoded
 
 
 def _prepare(cfg: BFCLConfig) -> dict[str, dict[str, Any]]:
@@ -194,7 +211,8 @@ Progress = Callable[[dict[str, Any], dict[str, Any]], None]
 
 async def evaluate_bfcl(cfg: BFCLConfig, progress: Progress | None = None) -> dict[str, Any]:
     entries = select(cfg)
-    model = ChatModel(cfg.model)
+    # The official harness scores the server's tool_calls as returned: no recovery from text.
+    model = ChatModel(cfg.model.model_copy(update={"recover_calls": False}))
     t0 = time.monotonic()
     try:
         await model.check_model()

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from astra_agent.environment import ToolSpec
-from astra_agent.episode import EpisodeLimits, run_episode, truncate_middle
+from astra_agent.environment import ToolResult, ToolSpec
+from astra_agent.episode import CallPolicy, EpisodeLimits, run_episode, truncate_middle
 from astra_agent.function_env import FunctionEnvironment
 from astra_agent.model import ChatModel, ModelConfig, recover_tool_calls
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
@@ -236,6 +236,68 @@ async def test_long_outputs_are_cut_head_and_tail_kept(server: ScriptedServer) -
     assert len(out) <= 1000 and out.startswith("HHH") and out.endswith("TTT")
     assert "characters truncated" in out
     assert traj.events[0].truncated and traj.events[0].output_chars == 100000
+
+
+async def test_no_output_limit_keeps_results_whole(server: ScriptedServer) -> None:
+    traj = await episode(
+        server,
+        [Reply(tool_calls=[("huge", '{"n": 100000}')]), Reply(content="k")],
+        EpisodeLimits(max_tool_output_chars=None),
+    )
+    (out,) = tool_msgs(traj)
+    assert len(out) == 100000 and not traj.events[0].truncated
+
+
+class Recorder:
+    """An environment that runs whatever reaches it, and remembers what did."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    async def list_tools(self) -> list[ToolSpec]:
+        return [spec("add", {"a": {"type": "integer"}}, ["a"])]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        self.calls.append((name, arguments))
+        return ToolResult(f"ran {name}")
+
+    async def close(self) -> None:
+        return None
+
+
+async def run_with(
+    srv: ScriptedServer, replies: list[Reply], policy: CallPolicy | None
+) -> tuple[Trajectory, Recorder]:
+    srv.set_script(replies)
+    model, env = model_for(srv), Recorder()
+    try:
+        msgs = [{"role": "user", "content": "go"}]
+        return await run_episode(model, env, msgs, policy=policy), env
+    finally:
+        await model.close()
+
+
+async def test_policy_can_hand_unchecked_calls_to_the_environment(server: ScriptedServer) -> None:
+    calls = [("hidden", '{"x": 1}'), ("add", '{"a": "not an int"}')]
+    replies = [Reply(tool_calls=calls), Reply(content="ok")]
+    traj, env = await run_with(server, replies, None)  # default: the loop checks both
+    assert env.calls == [] and [e.status for e in traj.events] == ["unknown_tool", "schema_error"]
+    policy = CallPolicy(check_names=False, check_arguments=False)
+    traj, env = await run_with(server, replies, policy)
+    assert env.calls == [("hidden", {"x": 1}), ("add", {"a": "not an int"})]
+    assert tool_msgs(traj) == ["ran hidden", "ran add"] and traj.termination == "stop"
+
+
+@pytest.mark.parametrize("bad", ['{"a": 1,', "[1]", "5", "null"])
+async def test_undecodable_step_can_end_the_episode_with_none_of_its_calls_run(
+    server: ScriptedServer, bad: str
+) -> None:
+    replies = [Reply(tool_calls=[("add", '{"a": 1}'), ("add", bad)]), Reply(content="never")]
+    traj, env = await run_with(server, replies, CallPolicy(end_on_undecodable=True))
+    assert traj.termination == "undecodable" and traj.steps == 1 and env.calls == []
+    assert traj.messages[-1]["role"] == "assistant" and len(traj.messages[-1]["tool_calls"]) == 2
+    traj, env = await run_with(server, replies, None)  # default: an error result, and go on
+    assert env.calls == [("add", {"a": 1})] and traj.final_answer == "never"
 
 
 def test_truncate_middle_edges() -> None:

@@ -3,6 +3,8 @@
 Corpus: the official ground truth of all four categories replayed as is (everything passes),
 and mutated — a call dropped, an argument changed, an extra state-changing call, calls split
 over several steps, a held-out function called early, a turn left empty, a turn missing.
+And raw model responses, decoded by our code and by the official evaluator's decoder: steps
+with invalid JSON or non-object arguments (dropped whole), text steps, empty steps.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from collections import Counter
 import pytest
 
 from eval.bfcl import CATEGORIES, Entry, check_entry, load_category, openai_tools, parse_call
-from eval.bfcl.parity import official_verdict
+from eval.bfcl.backend import decode_step, method_table, new_instances
+from eval.bfcl.parity import official_decode, official_verdict
+from eval.bfcl.replay import _json_calls
 
 
 def as_is(entry: Entry) -> list[list[list[str]]]:
@@ -121,3 +125,57 @@ async def test_environment_dispatches_without_eval() -> None:
     assert (await env.call_tool("exit", {})).text == (
         "Error during execution: Function call exit is not allowed."
     )
+
+
+Raw = list[list[object]]  # per turn, per step: [{name: json_arguments}, ...] or text
+
+
+def raw_responses(entry: Entry, rng: random.Random, kind: str) -> Raw | None:
+    """The ground truth as a function-calling model would return it, then spoiled by ``kind``."""
+    table = method_table(new_instances(entry))
+    turns: Raw = []
+    for calls in entry.ground_truth:
+        steps: list[object] = (
+            [[{n: a} for n, a in _json_calls(entry, calls, table)]] if calls else []
+        )
+        turns.append([*steps, "Done."])  # each turn ends with a text answer
+    busy = [i for i, t in enumerate(turns) if len(t) > 1]
+    if kind == "as_is":
+        return turns
+    if not busy:
+        return None
+    step = turns[rng.choice(busy)][0]
+    assert isinstance(step, list)
+    if kind == "invalid_json":  # one bad call: the whole step is dropped, good calls too
+        step.append({"cd": '{"folder": '})
+    elif kind == "non_object":
+        step.insert(0, {"ls": rng.choice(["[1]", "5", "null", '"a"'])})
+    elif kind == "no_arguments":
+        step.append({"pwd": ""})
+    elif kind == "empty_step":
+        turns[busy[0]].insert(0, [])
+    return turns
+
+
+RAW_KINDS = ["as_is", "invalid_json", "non_object", "no_arguments", "empty_step"]
+
+
+@pytest.mark.parametrize("category", CATEGORIES)
+def test_raw_responses_decode_and_score_as_the_official_evaluator(category: str) -> None:
+    rng = random.Random(f"raw-{category}")
+    seen: Counter[str] = Counter()
+    verdicts: Counter[bool] = Counter()
+    for e in load_category(category)[:60]:
+        for kind in RAW_KINDS:
+            raw = raw_responses(e, rng, kind)
+            if raw is None:
+                continue
+            ours = [[c for c in map(decode_step, turn) if c] for turn in raw]
+            theirs = official_decode(raw)
+            assert ours == theirs, (e.id, kind)
+            mine = check_entry(e, ours)
+            assert (mine.valid, mine.error_type) == official_verdict(e, theirs), (e.id, kind)
+            seen[kind] += 1
+            verdicts[mine.valid] += 1
+    assert all(seen[k] >= 40 for k in RAW_KINDS), seen
+    assert verdicts[True] >= 60 and verdicts[False] >= 60, verdicts

@@ -55,22 +55,54 @@ def test_replay_scores_100_on_every_entry(category: str, tmp_path: Path) -> None
     assert summary["counts"] == {category: 200} and summary["accuracy"] == {category: 100.0}
     assert summary["errors"] == {} and summary["inference_errors"] == 0
     assert "(published)" in out.stdout and (tmp_path / "leaderboard.csv").is_file()
+    recs = results(tmp_path)
+    assert not any(e["truncated"] for r in recs for e in r["trajectory"]["events"])
+    if category == "long_context":  # its long results reach the model whole, as officially
+        longest = max(e["output_chars"] for r in recs for e in r["trajectory"]["events"])
+        assert longest > 20_000
+
+
+def test_held_out_function_called_early_runs_as_in_the_official_harness(tmp_path: Path) -> None:
+    entry = next(e for e in load_category("miss_func") if e.missed_function)
+    held = next(f for fs in entry.missed_function.values() for f in fs)
+
+    def script(req: dict[str, Any]) -> Reply:
+        if req["messages"][-1]["role"] == "user" and len(req["messages"]) == 1:
+            assert held not in {t["function"]["name"] for t in req["tools"]}  # not offered yet
+            return Reply(tool_calls=[(held, "{}")])
+        return Reply(content="Done.")
+
+    with ScriptedServer(script) as srv:
+        out = cli("--ids", entry.id, "--categories", "miss_func", "--base-url", srv.base_url,
+                  "--out", str(tmp_path))  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    (rec,) = results(tmp_path)
+    event = rec["trajectory"]["events"][0]
+    assert event["name"] == held and event["status"] != "unknown_tool"
+    result = next(m for m in rec["trajectory"]["messages"] if m["role"] == "tool")["content"]
+    assert "unknown tool" not in result and "is not defined" not in result
 
 
 def noisy(category: str) -> Any:
     """The replay, but for a third of the entries the first step of each turn drops its last
-    call: a mix of passing and failing entries."""
+    call, and for another third one call of it has arguments that do not decode (the official
+    harness then ends the turn, none of the step's calls run): a mix of passing and failing
+    entries, scored through the raw responses."""
     base = replay_script(list(load_category(category))[:15])
 
     def script(req: dict[str, Any]) -> Reply:
         reply = base(req)
         first = next(m["content"] for m in req["messages"] if m["role"] == "user")
-        if reply.tool_calls and zlib.crc32(first.encode()) % 3 == 0:
+        kind = zlib.crc32(first.encode()) % 3
+        if reply.tool_calls and kind == 0:
             reply = (
                 Reply(tool_calls=reply.tool_calls[:-1])
                 if len(reply.tool_calls) > 1
                 else (Reply(content="I will not do that."))
             )
+        elif reply.tool_calls and kind == 1 and len(req["messages"]) < 4:
+            name, _ = reply.tool_calls[0]
+            reply = Reply(tool_calls=[(name, '{"oops": '), *reply.tool_calls[1:]])
         return reply
 
     return script
@@ -108,6 +140,14 @@ def test_concurrency_gives_the_same_verdicts_and_they_match_the_official_checker
     assert verdicts["1"] == verdicts["8"] and len(verdicts["1"]) == 60
     failed = [v for v in verdicts["1"].values() if not v[0]]
     assert 5 <= len(failed) < 60  # a real mix
+    bad = 0  # steps with arguments that do not decode: the turn ended there, nothing ran
+    for r in (r for c in CATEGORIES for r in results(tmp_path / "c1" / c)):
+        msgs = r["trajectory"]["messages"]
+        for i, m in enumerate(msgs):
+            if any('{"oops": ' in c["function"]["arguments"] for c in m.get("tool_calls", [])):
+                bad += 1
+                assert i + 1 == len(msgs) or msgs[i + 1]["role"] == "user", r["id"]
+    assert bad >= 5
 
 
 def test_resume_after_kill(tmp_path: Path) -> None:
@@ -223,4 +263,9 @@ def test_one_entry_through_real_vllm(vllm_server: VLLMServer, tmp_path: Path) ->
     (rec,) = results(tmp_path)
     assert rec["id"] == "multi_turn_base_0" and rec["valid"] is False  # the tiny model fails it
     assert rec["trajectory"]["model"] == "astra-tiny"
-    assert rec["trajectory"]["events"][0]["status"] == "unknown_tool"  # it calls get_current_time
+    # It calls get_current_time, which no backend has: run as the official harness runs it.
+    event = rec["trajectory"]["events"][0]
+    assert event["name"] == "get_current_time" and event["status"] == "tool_error"
+    first = next(m for m in rec["trajectory"]["messages"] if m["role"] == "tool")
+    assert first["content"] == "Error during execution: name 'get_current_time' is not defined"
+    assert rec["responses"][0][0] == [{"get_current_time": event["arguments"]}]
