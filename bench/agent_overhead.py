@@ -25,7 +25,7 @@ import time
 from mcp import Client, StdioServerParameters, stdio_client
 
 from astra_agent.environment import ToolSpec
-from astra_agent.episode import EpisodeLimits, _run_call, run_episode
+from astra_agent.episode import CallPolicy, EpisodeLimits, _run_call, run_episode
 from astra_agent.function_env import FunctionEnvironment
 from astra_agent.mcp_config import parse_mcp_config
 from astra_agent.mcp_env import MCPEnvironment
@@ -37,7 +37,7 @@ FIXTURE = [sys.executable, "-m", "astra_agent.testing.mcp_fixture"]
 async def per_call(calls: int, batches: int) -> None:
     params = StdioServerParameters(command=FIXTURE[0], args=FIXTURE[1:])
     cfg = parse_mcp_config({"mcpServers": {"fx": {"command": FIXTURE[0], "args": FIXTURE[1:]}}})
-    limits = EpisodeLimits()
+    limits, policy = EpisodeLimits(), CallPolicy()
     with open("/dev/null", "w") as devnull:
         async with (
             Client(stdio_client(params, errlog=devnull), mode="legacy") as sdk,
@@ -48,7 +48,7 @@ async def per_call(calls: int, batches: int) -> None:
                 call = ToolCall("c", "echo", json.dumps({"text": "ping"}))
                 for _ in range(50):  # warm both paths
                     await sdk.call_tool("echo", {"text": "ping"})
-                    await _run_call(env, tools, call, limits)
+                    await _run_call(env, tools, call, limits, policy)
                 sdk_t: list[float] = []
                 ours_t: list[float] = []
                 per = calls // batches
@@ -59,7 +59,7 @@ async def per_call(calls: int, batches: int) -> None:
                     sdk_t.append((time.perf_counter() - t) / per)
                     t = time.perf_counter()
                     for _ in range(per):
-                        out = await _run_call(env, tools, call, limits)
+                        out = await _run_call(env, tools, call, limits, policy)
                         assert out.status == "ok"
                     ours_t.append((time.perf_counter() - t) / per)
     s, o = statistics.median(sdk_t), statistics.median(ours_t)

@@ -11,8 +11,8 @@ Target: identical scores, ours at least 5x faster.
 
     .venv/bin/python bench/bfcl_harness.py [--categories base,...]
 
-The official virtualenv is created on first use under bench/out/ (torch 2.13.0 first, so that
-its sentence-transformers dependency does not pull a CUDA build).
+The official virtualenv is `make setup`'s .venv-bfcl (scripts/setup-bfcl.sh: torch 2.13.0
+first, so that its sentence-transformers dependency does not pull a CUDA build).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from eval.bfcl.official import CATEGORIES, PINNED, load_category
+from eval.bfcl.official import CATEGORIES, OFFICIAL_FC_MODEL, load_category
 
-REGISTRY_NAME = "openbmb/MiniCPM-SALA-FC"  # OpenAI chat-completions FC handler in bfcl-eval
+REGISTRY_NAME = OFFICIAL_FC_MODEL  # OpenAI chat-completions FC handler in bfcl-eval
 
 
 @contextlib.contextmanager
@@ -65,13 +65,8 @@ def replay_server(category: str) -> Iterator[str]:
 
 def official_venv(path: Path) -> Path:
     bfcl = path / "bin" / "bfcl"
-    if bfcl.exists():
-        return bfcl
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    pip = [str(path / "bin" / "python"), "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, "torch==2.13.0"], check=True)
-    subprocess.run([*pip, f"bfcl-eval=={PINNED}"], check=True)
-    subprocess.run([*pip, "soundfile"], check=True)  # qwen-agent imports it, undeclared
+    if not bfcl.exists():
+        subprocess.run(["bash", "scripts/setup-bfcl.sh", str(path)], check=True)
     return bfcl
 
 
@@ -158,7 +153,7 @@ def main() -> None:
     ap.add_argument("--categories", default=",".join(CATEGORIES))
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--workdir", type=Path, default=Path("bench/out/bfcl"))
-    ap.add_argument("--official-venv", type=Path, default=Path("bench/out/bfcl-official-venv"))
+    ap.add_argument("--official-venv", type=Path, default=Path(".venv-bfcl"))
     args = ap.parse_args()
     bfcl = official_venv(args.official_venv)
     shutil.rmtree(args.workdir, ignore_errors=True)

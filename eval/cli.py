@@ -241,28 +241,38 @@ def bfcl_parity(
     out: Annotated[Path, typer.Option(help="A results directory of `astra-eval bfcl`.")] = Path(
         "runs/bfcl"
     ),
+    official_bfcl: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also score the run with the official `bfcl evaluate` of this executable "
+            "(a virtualenv with bfcl-eval and all its pins; make setup: .venv-bfcl/bin/bfcl)."
+        ),
+    ] = None,
 ) -> None:
-    """Re-score a run with the official checker (bfcl-eval) and export it in the official
-    result-file format; exit 1 if any verdict differs.
+    """Re-score a run with the official decoder and checker (bfcl-eval) and export it in the
+    official result-file format; exit 1 if any verdict differs.
 
-    Example: astra-eval bfcl parity --out runs/bfcl
+    Example: astra-eval bfcl parity --out runs/bfcl --official-bfcl .venv-bfcl/bin/bfcl
     """
     import json
 
-    from eval.bfcl.parity import compare, export_official
+    from eval.bfcl.parity import compare, export_official, official_evaluate
 
     path = out / "results.jsonl"
     if not path.is_file():
         raise ConfigError(f"no results at {path}")
     records = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     files = export_official(records, out / "official", "astra")
-    diffs = compare(records)
-    for d in diffs[:20]:
-        err_console.print(f"[red]differs:[/] {d}")
-    console.print(
-        f"{len(records)} entries re-scored with the official checker: "
-        f"{len(records) - len(diffs)} agree, {len(diffs)} differ; "
-        f"official-format results: {', '.join(str(f) for f in files)}"
-    )
-    if diffs:
+    checks = [("the official checker", compare(records))]
+    if official_bfcl is not None:
+        checks.append(("the official `bfcl evaluate`", official_evaluate(records, official_bfcl)))
+    for what, diffs in checks:
+        for d in diffs[:20]:
+            err_console.print(f"[red]differs ({what}):[/] {d}")
+        console.print(
+            f"{len(records)} entries re-scored with {what}: "
+            f"{len(records) - len(diffs)} agree, {len(diffs)} differ"
+        )
+    console.print(f"official-format results: {', '.join(str(f) for f in files)}")
+    if any(diffs for _, diffs in checks):
         raise typer.Exit(1)

@@ -18,6 +18,10 @@ CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
 # The official harness's function-calling type mapping (Gorilla → OpenAPI/JSON schema).
 TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
 PY_NOTE = " Note that the provided function is in Python 3 syntax."
+# A registry entry of the official package whose handler talks to any OpenAI-compatible chat
+# endpoint in function-calling mode (and decodes with the FC decoder): used to run the official
+# pipeline against our endpoints, and to name our exported results for `bfcl evaluate`.
+OFFICIAL_FC_MODEL = "openbmb/MiniCPM-SALA-FC"
 
 
 def package_dir() -> Path:

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from eval.bfcl.official import CATEGORIES, Entry, load_category
+from astra_agent.errors import ConfigError
+from eval.bfcl.official import CATEGORIES, OFFICIAL_FC_MODEL, Entry, load_category
 
 _names = itertools.count()
 
@@ -97,4 +101,42 @@ def compare(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ours = (bool(r["valid"]), r["error_type"] if not r["valid"] else None)
         if ours != theirs:
             out.append({"id": r["id"], "ours": ours, "official": theirs})
+    return out
+
+
+def official_evaluate(records: list[dict[str, Any]], bfcl: Path) -> list[dict[str, Any]]:
+    """Score our exported results with the official ``bfcl evaluate`` itself (``bfcl``: its
+    executable, in a virtualenv of its own with all its pins) and return every record whose
+    verdict differs (empty: full parity). The export is named after an FC registry entry, so
+    the official evaluator decodes our raw responses with its own function-calling decoder."""
+    if not bfcl.is_file():
+        raise ConfigError(
+            f"no official bfcl executable at {bfcl} (make setup creates .venv-bfcl/bin/bfcl)"
+        )
+    out = []
+    with tempfile.TemporaryDirectory(prefix="astra-bfcl-official-") as tmp:
+        work = Path(tmp)
+        export_official(records, work / "result", OFFICIAL_FC_MODEL)
+        env = {**os.environ, "BFCL_PROJECT_ROOT": str(work), "OPENAI_API_KEY": "unused"}
+        for cat in sorted({r["category"] for r in records}):
+            run = subprocess.run(
+                [str(bfcl), "evaluate", "--model", OFFICIAL_FC_MODEL, "--partial-eval",
+                 "--test-category", f"multi_turn_{cat}", "--result-dir", str(work / "result"),
+                 "--score-dir", str(work / "score")],
+                env=env, capture_output=True, text=True,
+            )  # fmt: skip
+            name = f"BFCL_v4_multi_turn_{cat}_score.json"
+            scores = list((work / "score").rglob(name))
+            if run.returncode != 0 or not scores:
+                tail = (run.stdout + run.stderr)[-1500:]
+                raise ConfigError(f"official bfcl evaluate failed for {cat}:\n{tail}")
+            lines = [json.loads(x) for x in scores[0].read_text().splitlines() if x.strip()]
+            failing = {x["id"]: x["error"].get("error_type") for x in lines[1:]}
+            for r in (r for r in records if r["category"] == cat):
+                theirs = (r["id"] not in failing, failing.get(r["id"]))
+                ours = (bool(r["valid"]), None if r["valid"] else r["error_type"])
+                if r.get("error") and "inference error" in r["error"]:
+                    continue  # the official runner has its own record of those
+                if ours != theirs:
+                    out.append({"id": r["id"], "ours": ours, "official": theirs})
     return out

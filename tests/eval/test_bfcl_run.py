@@ -21,6 +21,10 @@ from eval.bfcl.replay import replay_script
 from serving.server import VLLMServer
 
 pytestmark = pytest.mark.integration
+# The official pipeline with all its pins, in its own virtualenv (make setup: setup-bfcl).
+OFFICIAL_BFCL = Path(
+    os.environ.get("ASTRA_BFCL_OFFICIAL", Path(__file__).parents[2] / ".venv-bfcl/bin/bfcl")
+)
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -132,9 +136,15 @@ def test_concurrency_gives_the_same_verdicts_and_they_match_the_official_checker
         recs = [r for c in CATEGORIES for r in results(out_dir / c)]
         verdicts[conc] = {r["id"]: (r["valid"], r["error_type"], r["failed_turn"]) for r in recs}
         for category in CATEGORIES:
-            parity = cli("parity", "--out", str(out_dir / category))
+            # Once, the official `bfcl evaluate` itself scores our exported raw responses too.
+            official_bfcl = ["--official-bfcl", str(OFFICIAL_BFCL)] if conc == "1" else []
+            parity = cli("parity", "--out", str(out_dir / category), *official_bfcl)
             assert parity.returncode == 0, parity.stdout + parity.stderr
-            assert "15 agree, 0 differ" in parity.stdout
+            assert "15 entries re-scored with the official checker: 15 agree, 0 differ" in (
+                parity.stdout
+            )
+            if official_bfcl:
+                assert "re-scored with the official `bfcl evaluate`: 15 agree" in parity.stdout
             official = out_dir / category / "official" / "astra" / "multi_turn"
             assert (official / f"BFCL_v4_multi_turn_{category}_result.json").is_file()
     assert verdicts["1"] == verdicts["8"] and len(verdicts["1"]) == 60
@@ -217,6 +227,15 @@ def test_bad_input_fails_before_anything_runs(
         out = cli(*base, *args, "--out", str(tmp_path))
     assert out.returncode == code, out.stderr
     assert needle in out.stderr and not (tmp_path / "results.jsonl").exists()
+
+
+def test_parity_without_a_run_or_the_official_pipeline_is_a_clear_error(tmp_path: Path) -> None:
+    out = cli("parity", "--out", str(tmp_path))
+    assert out.returncode == 2 and "no results at" in out.stderr
+    (tmp_path / "results.jsonl").write_text("")
+    out = cli("parity", "--out", str(tmp_path), "--official-bfcl", str(tmp_path / "nope"))
+    assert out.returncode == 2 and "no official bfcl executable" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_garbage_and_errors_are_recorded_not_silent(tmp_path: Path) -> None:
