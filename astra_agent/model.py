@@ -379,27 +379,27 @@ def recover(turn: ModelTurn) -> ModelTurn:
     return turn
 
 
-def _refusal(exc: BaseException) -> BaseException | None:
-    """The connection failure (refused, unreachable, DNS) behind an SDK error, if any. The
-    SDK's aiohttp transport reports a refused connection as a connect *timeout*."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and not isinstance(seen, TimeoutError):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception behind ``exc``. The SDK's aiohttp transport maps a refused
+    connection and a dropped one to a connect *timeout*; the root tells them apart."""
+    seen = exc
+    while (inner := seen.__cause__ or seen.__context__) is not None:
+        seen = inner
+    return seen
 
 
 def _describe(exc: Exception) -> str:
     import openai
 
     if isinstance(exc, openai.APIConnectionError):
-        refused = _refusal(exc)
-        if refused is not None:
-            return f"cannot connect ({refused})"
-        if isinstance(exc, openai.APITimeoutError):
+        root = _root_cause(exc)
+        if isinstance(root, TimeoutError) or (
+            root is exc and isinstance(exc, openai.APITimeoutError)
+        ):
             return "request timed out"
-        return f"cannot connect ({exc.__cause__ or exc})"
+        if isinstance(root, OSError) or root is exc:
+            return f"cannot connect ({root})"
+        return f"connection failed ({type(root).__name__}: {root})"
     if isinstance(exc, openai.APIStatusError):
         return f"HTTP {exc.status_code}: {str(exc.message)[:300]}"
     return str(exc)[:300]

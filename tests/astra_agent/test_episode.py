@@ -300,6 +300,44 @@ async def test_undecodable_step_can_end_the_episode_with_none_of_its_calls_run(
     assert env.calls == [("add", {"a": 1})] and traj.final_answer == "never"
 
 
+async def test_connection_failures_are_told_apart() -> None:
+    """Refused, silent and dropped connections each get their own words (the SDK's aiohttp
+    transport calls all three a timeout)."""
+    from astra_agent.errors import ServerError
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        await asyncio.sleep(3)
+        writer.close()
+
+    async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.close()
+
+    servers = [await asyncio.start_server(h, "127.0.0.1", 0) for h in (silent, drop)]
+    ports = [srv.sockets[0].getsockname()[1] for srv in servers]
+    cases = [
+        (9, "cannot connect"),
+        (ports[0], "request timed out"),
+        (ports[1], "connection failed"),
+    ]
+    try:
+        for port, words in cases:
+            cfg = ModelConfig(
+                base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=0,
+                request_timeout_s=0.5,
+            )  # fmt: skip
+            model = ChatModel(cfg)
+            try:
+                with pytest.raises(ServerError, match=words):
+                    await model.complete([{"role": "user", "content": "hi"}])
+            finally:
+                await model.close()
+    finally:
+        for srv in servers:
+            srv.close()
+
+
 def test_truncate_middle_edges() -> None:
     assert truncate_middle("abc", 10) == ("abc", False)
     text, cut = truncate_middle("x" * 500, 200)
