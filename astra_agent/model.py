@@ -382,9 +382,10 @@ def recover(turn: ModelTurn) -> ModelTurn:
 def _root_cause(exc: BaseException) -> BaseException:
     """The innermost exception behind ``exc``. The SDK's aiohttp transport maps a refused
     connection and a dropped one to a connect *timeout*; the root tells them apart."""
-    seen = exc
-    while (inner := seen.__cause__ or seen.__context__) is not None:
+    seen, chain = exc, {id(exc)}
+    while (inner := seen.__cause__ or seen.__context__) is not None and id(inner) not in chain:
         seen = inner
+        chain.add(id(inner))
     return seen
 
 
