@@ -20,15 +20,15 @@ setup-serve: $(SERVE)/.installed
 setup-mcp: .mcp-servers/.installed
 setup-bfcl: $(BFCL)/.installed
 
-$(VENV)/.installed: pyproject.toml scripts/setup-main.sh
+$(VENV)/.installed: pyproject.toml scripts/setup-main.sh scripts/venv-lib.sh
 	PYTHON=$(PYTHON) bash scripts/setup-main.sh $(VENV)
 	touch $@
 
-$(SERVE)/.installed: scripts/setup-serve.sh
+$(SERVE)/.installed: scripts/setup-serve.sh scripts/venv-lib.sh
 	PYTHON=$(PYTHON) bash scripts/setup-serve.sh $(SERVE)
 	touch $@
 
-$(BFCL)/.installed: scripts/setup-bfcl.sh
+$(BFCL)/.installed: scripts/setup-bfcl.sh scripts/venv-lib.sh
 	PYTHON=$(PYTHON) bash scripts/setup-bfcl.sh $(BFCL)
 	touch $@
 

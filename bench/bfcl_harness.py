@@ -31,8 +31,6 @@ from pathlib import Path
 
 from eval.bfcl.official import CATEGORIES, OFFICIAL_FC_MODEL, load_category
 
-REGISTRY_NAME = OFFICIAL_FC_MODEL  # OpenAI chat-completions FC handler in bfcl-eval
-
 
 @contextlib.contextmanager
 def replay_server(category: str) -> Iterator[str]:
@@ -50,7 +48,7 @@ def replay_server(category: str) -> Iterator[str]:
             "--port",
             str(port),
             "--model",
-            REGISTRY_NAME,
+            OFFICIAL_FC_MODEL,
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -84,7 +82,7 @@ def run_official(bfcl: Path, category: str, base_url: str, work: Path, threads: 
             str(bfcl),
             "generate",
             "--model",
-            REGISTRY_NAME,
+            OFFICIAL_FC_MODEL,
             "--test-category",
             cat,
             "--num-threads",
@@ -103,7 +101,7 @@ def run_official(bfcl: Path, category: str, base_url: str, work: Path, threads: 
             str(bfcl),
             "evaluate",
             "--model",
-            REGISTRY_NAME,
+            OFFICIAL_FC_MODEL,
             "--test-category",
             cat,
             "--result-dir",
@@ -132,7 +130,7 @@ def run_ours(category: str, base_url: str, work: Path, concurrency: int) -> tupl
             "--base-url",
             base_url,
             "--model",
-            REGISTRY_NAME,
+            OFFICIAL_FC_MODEL,
             "--categories",
             category,
             "--concurrency",

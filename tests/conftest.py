@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +36,18 @@ def descendants_alive(root_pid: int) -> list[int]:
         if p == root_pid and pid != root_pid and states[pid] not in ("Z", "X"):
             out.append(pid)
     return out
+
+
+def kill_after_records(proc: subprocess.Popen[bytes], path: Path, n: int, timeout_s: float) -> int:
+    """Wait until ``path`` (JSONL) holds ``n`` records, then ``kill -9`` ``proc``; return how
+    many records it holds then."""
+    deadline = time.monotonic() + timeout_s
+    while not (path.is_file() and len(path.read_text().splitlines()) >= n):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return len(path.read_text().splitlines())
 
 
 def free_port() -> int:

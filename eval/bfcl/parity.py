@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,10 @@ from astra_agent.errors import ConfigError
 from eval.bfcl.official import CATEGORIES, OFFICIAL_FC_MODEL, Entry, load_category
 
 _names = itertools.count()
+Verdict = tuple[bool, str | None]  # (valid, error type)
 
 
-def official_verdict(entry: Entry, turns: list[list[list[str]]]) -> tuple[bool, str | None]:
+def official_verdict(entry: Entry, turns: list[list[list[str]]]) -> Verdict:
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker as mtc
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils as mtu
 
@@ -88,20 +90,32 @@ def export_official(records: list[dict[str, Any]], out_dir: Path, model: str) ->
     return files
 
 
+def _differences(
+    records: list[dict[str, Any]], official: Callable[[dict[str, Any]], Verdict]
+) -> list[dict[str, Any]]:
+    """Every record whose verdict differs from ``official(record)`` (empty: full parity).
+    Records of inference errors are left out: the official runner has its own record of those."""
+    out = []
+    for r in records:
+        if r.get("error") and "inference error" in r["error"]:
+            continue
+        ours = (bool(r["valid"]), None if r["valid"] else r["error_type"])
+        theirs = official(r)
+        if ours != theirs:
+            out.append({"id": r["id"], "ours": ours, "official": theirs})
+    return out
+
+
 def compare(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every record whose verdict differs from the official checker's (empty: full parity).
     The official side decodes the raw responses itself, so our decoding is checked too."""
     entries = {e.id: e for c in CATEGORIES for e in load_category(c)}
-    out = []
-    for r in records:
-        if r.get("error") and "inference error" in r["error"]:
-            continue  # the official runner scores those as inference errors too
+
+    def official(r: dict[str, Any]) -> Verdict:
         turns = official_decode(r["responses"]) if "responses" in r else r["decoded"]
-        theirs = official_verdict(entries[r["id"]], turns)
-        ours = (bool(r["valid"]), r["error_type"] if not r["valid"] else None)
-        if ours != theirs:
-            out.append({"id": r["id"], "ours": ours, "official": theirs})
-    return out
+        return official_verdict(entries[r["id"]], turns)
+
+    return _differences(records, official)
 
 
 def official_evaluate(records: list[dict[str, Any]], bfcl: Path) -> list[dict[str, Any]]:
@@ -113,7 +127,7 @@ def official_evaluate(records: list[dict[str, Any]], bfcl: Path) -> list[dict[st
         raise ConfigError(
             f"no official bfcl executable at {bfcl} (make setup creates .venv-bfcl/bin/bfcl)"
         )
-    out = []
+    failing: dict[str, str | None] = {}  # id → official error type, over all categories
     with tempfile.TemporaryDirectory(prefix="astra-bfcl-official-") as tmp:
         work = Path(tmp)
         export_official(records, work / "result", OFFICIAL_FC_MODEL)
@@ -131,12 +145,5 @@ def official_evaluate(records: list[dict[str, Any]], bfcl: Path) -> list[dict[st
                 tail = (run.stdout + run.stderr)[-1500:]
                 raise ConfigError(f"official bfcl evaluate failed for {cat}:\n{tail}")
             lines = [json.loads(x) for x in scores[0].read_text().splitlines() if x.strip()]
-            failing = {x["id"]: x["error"].get("error_type") for x in lines[1:]}
-            for r in (r for r in records if r["category"] == cat):
-                theirs = (r["id"] not in failing, failing.get(r["id"]))
-                ours = (bool(r["valid"]), None if r["valid"] else r["error_type"])
-                if r.get("error") and "inference error" in r["error"]:
-                    continue  # the official runner has its own record of those
-                if ours != theirs:
-                    out.append({"id": r["id"], "ours": ours, "official": theirs})
-    return out
+            failing.update((x["id"], x["error"].get("error_type")) for x in lines[1:])
+    return _differences(records, lambda r: (r["id"] not in failing, failing.get(r["id"])))

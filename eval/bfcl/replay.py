@@ -15,7 +15,8 @@ from eval.bfcl.backend import method_table, new_instances, parse_call
 from eval.bfcl.official import CATEGORIES, Entry, load_category
 
 
-def _json_calls(entry: Entry, calls: list[str], table: dict[str, Any]) -> list[tuple[str, str]]:
+def json_calls(calls: list[str], table: dict[str, Any]) -> list[tuple[str, str]]:
+    """Python call strings as function-calling calls: (name, JSON object of keyword arguments)."""
     out = []
     for call in calls:
         name, args, kwargs = parse_call(call)
@@ -34,7 +35,7 @@ def replay_script(entries: list[Entry] | None = None) -> Script:
         users: list[str] = []
         for t, question in enumerate(entry.question):
             users += [m["content"] for m in question if m["role"] == "user"] or [HELD_OUT_MESSAGE]
-            plan[tuple(users)] = _json_calls(entry, entry.ground_truth[t], table)
+            plan[tuple(users)] = json_calls(entry.ground_truth[t], table)
 
     def script(req: dict[str, Any]) -> Reply:
         msgs = req["messages"]

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from astra_agent.errors import ConfigError
 from astra_agent.testing.scripted_server import ScriptedServer
 from eval.arenas import DATA_DIR, ArenaEvalConfig, evaluate_arenas, replay_script
 from serving.server import VLLMServer
+from tests.conftest import kill_after_records
 
 pytestmark = pytest.mark.integration
 HELDOUT = DATA_DIR / "heldout.jsonl"
@@ -123,13 +122,7 @@ async def test_resume_after_kill_and_config_mismatch(
         stderr=subprocess.DEVNULL,
     )
     results = out_dir / "results.jsonl"
-    deadline = time.monotonic() + 120
-    while not (results.is_file() and len(results.read_text().splitlines()) >= 3):
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    partial = len(results.read_text().splitlines())
+    partial = kill_after_records(proc, results, 3, timeout_s=120)
     with results.open("a") as f:
         f.write('{"index": 99, "torn')  # what a kill in mid-write could leave
     n = len(load_arena_file(TRAIN).tasks)

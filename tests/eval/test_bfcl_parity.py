@@ -17,7 +17,7 @@ import pytest
 from eval.bfcl import CATEGORIES, Entry, check_entry, load_category, openai_tools, parse_call
 from eval.bfcl.backend import decode_step, method_table, new_instances
 from eval.bfcl.parity import official_decode, official_verdict
-from eval.bfcl.replay import _json_calls
+from eval.bfcl.replay import json_calls
 
 
 def as_is(entry: Entry) -> list[list[list[str]]]:
@@ -135,9 +135,7 @@ def raw_responses(entry: Entry, rng: random.Random, kind: str) -> Raw | None:
     table = method_table(new_instances(entry))
     turns: Raw = []
     for calls in entry.ground_truth:
-        steps: list[object] = (
-            [[{n: a} for n, a in _json_calls(entry, calls, table)]] if calls else []
-        )
+        steps: list[object] = [[{n: a} for n, a in json_calls(calls, table)]] if calls else []
         turns.append([*steps, "Done."])  # each turn ends with a text answer
     busy = [i for i, t in enumerate(turns) if len(t) > 1]
     if kind == "as_is":

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from eval.bfcl import CATEGORIES, load_category
 from eval.bfcl.replay import replay_script
 from serving.server import VLLMServer
+from tests.conftest import kill_after_records
 
 pytestmark = pytest.mark.integration
 # The official pipeline with all its pins, in its own virtualenv (make setup: setup-bfcl).
@@ -180,14 +179,7 @@ def test_resume_after_kill(tmp_path: Path) -> None:
         proc = subprocess.Popen(
             [sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        path = tmp_path / "results.jsonl"
-        deadline = time.monotonic() + 300
-        while not (path.is_file() and len(path.read_text().splitlines()) >= 5):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        partial = len(path.read_text().splitlines())
+        partial = kill_after_records(proc, tmp_path / "results.jsonl", 5, timeout_s=300)
         assert 5 <= partial < 40
         again = subprocess.run(
             [sys.executable, *args, "--resume"], capture_output=True, text=True, timeout=600
