@@ -1,24 +1,35 @@
 """Run untrusted tool code (LLM-written environments) in a persistent bubblewrap sandbox.
 
-One worker process per environment instance: it loads the tool sources once and answers calls
-over a pipe (``sandbox_worker.py``). Inside bubblewrap it has no network, a read-only system,
-a private ``/tmp``, its own pid namespace, none of the host's files beyond the Python runtime,
-and resource limits (CPU, address space, processes, file size, open files), as an unprivileged
-uid. Every call has a wall-clock timeout and a cap on output. After a crash, a timeout or a
-limit breach the call gets an error result and the worker is replaced on the next call; the
-host never dies or hangs.
+One sandbox per environment instance: a bubblewrap container whose supervisor loads the tool
+sources once and answers calls over a pipe; the tool code itself runs in an *episode* process
+forked from a pristine template, so ``reset()`` is a fork, not a new interpreter
+(``sandbox_worker.py`` explains the three processes and why tool code cannot reach or forge the
+reply channel). Inside bubblewrap there is no network, a read-only system, a private ``/tmp``
+bounded in size (a tmpfs of ``SandboxLimits.tmp_bytes``), its own pid namespace, none of the
+host's files beyond the Python runtime, resource limits (CPU, address space, processes, file
+size, open files), and as root on the host a uid of its own (leased from a range, so that one
+sandbox's processes never count against another's process limit).
+
+Every call has a wall-clock deadline that covers writing the request as well as reading the
+reply; a reply that is not exactly the call's own (not JSON, another call's, out of step) is an
+error result. After a crash, a timeout, a limit breach or a forged reply the call gets an error
+result and the episode is replaced (fresh state); the host never dies, hangs or raises.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
+import random
+import re
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +38,22 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.errors import ConfigError
+from astra_agent.sandbox_episode import encode_line
 
 log = logging.getLogger(__name__)
 
 WORKER = Path(__file__).with_name("sandbox_worker.py")
+EPISODE = Path(__file__).with_name("sandbox_episode.py")  # imported by the worker, beside it
+# Sandbox uids: one per live sandbox, leased with a lock file (valid across host processes).
+UID_BASE = 1_900_000_000
+UID_SLOTS = 65536
+UID_LOCKS = Path(tempfile.gettempdir()) / "astra-sandbox-uids"
+# The supervisor enforces the deadlines; the host waits this much longer before killing it.
+HOST_SLACK_S = 1.0
 _warned_unsafe = False
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_KINDS = ("ok", "error", "timeout", "crash")
 
 
 class SandboxLimits(BaseModel):
@@ -45,6 +67,10 @@ class SandboxLimits(BaseModel):
     open_files: int = Field(64, ge=16)
     output_cap_chars: int = Field(65536, ge=256)
     startup_seconds: float = Field(15.0, gt=0)
+    # The size of the sandbox's /tmp (a tmpfs: host memory, at most this much per sandbox).
+    tmp_bytes: int = Field(64 << 20, ge=1 << 20)
+    # A tool whose module code runs longer than this is disabled with a load error.
+    load_seconds_per_tool: float = Field(10.0, gt=0)
 
 
 ReplyKind = Literal["ok", "error", "timeout", "crash"]
@@ -82,7 +108,7 @@ def _python() -> tuple[str, str]:
     return exe, os.path.realpath(sys.base_prefix)
 
 
-def bwrap_command(config: dict[str, Any]) -> list[str]:
+def bwrap_command(config: dict[str, Any], *, tmp_bytes: int = 64 << 20) -> list[str]:
     exe, prefix = _python()
     cmd = ["bwrap", "--die-with-parent", "--new-session"]
     if os.geteuid() == 0:
@@ -111,39 +137,67 @@ def bwrap_command(config: dict[str, Any]) -> list[str]:
         for parent in reversed(Path(prefix).parents[:-1]):
             cmd += ["--perms", "0755", "--dir", str(parent)]
         cmd += ["--ro-bind", prefix, prefix]
-    cmd += [
-        "--ro-bind",
-        str(WORKER),
-        "/sandbox/worker.py",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--tmpfs",
-        "/tmp",
-        "--chdir",
-        "/tmp",
-        "--clearenv",
-        "--setenv",
-        "PATH",
-        "/usr/bin",
-        "--setenv",
-        "HOME",
-        "/tmp",
-        "--setenv",
-        "PYTHONDONTWRITEBYTECODE",
-        "1",
-        exe,
-        "-I",
-        "-S",
-        "/sandbox/worker.py",
-        json.dumps({**config, "own_pid_namespace": True}),
-    ]
-    return cmd
+    cmd += ["--ro-bind", str(WORKER), "/sandbox/worker.py"]
+    cmd += ["--ro-bind", str(EPISODE), "/sandbox/sandbox_episode.py"]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    cmd += ["--perms", "1777", "--size", str(tmp_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    cmd += ["--clearenv", "--setenv", "PATH", "/usr/bin", "--setenv", "HOME", "/tmp"]
+    cmd += ["--setenv", "PYTHONDONTWRITEBYTECODE", "1"]
+    config = {**config, "own_pid_namespace": True, "wipe_tmp": True}
+    return [*cmd, exe, "-I", "-S", "/sandbox/worker.py", json.dumps(config)]
+
+
+class _UidLease:
+    """A uid no other live sandbox on this machine holds (a lock file per uid slot)."""
+
+    def __init__(self) -> None:
+        UID_LOCKS.mkdir(mode=0o700, parents=True, exist_ok=True)
+        start = random.randrange(UID_SLOTS)
+        for i in range(UID_SLOTS):
+            slot = (start + i) % UID_SLOTS
+            f = open(UID_LOCKS / str(slot), "a")  # noqa: SIM115 (held for the lease)
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                continue
+            self.uid, self._file = UID_BASE + slot, f
+            return
+        raise ConfigError(f"all {UID_SLOTS} sandbox uids are in use")
+
+    def release(self) -> None:
+        self._file.close()
+
+
+def _scrub(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return _SURROGATE.sub("\ufffd", obj)
+    if isinstance(obj, list):
+        return [_scrub(x) for x in obj]
+    if isinstance(obj, dict):
+        return {_scrub(k): _scrub(v) for k, v in obj.items()}
+    return obj
+
+
+def _decode_reply(line: bytes, seq: int) -> dict[str, Any] | None:
+    """The reply to request ``seq``, or None for anything else (garbage, another call's)."""
+    try:
+        obj = json.loads(line)
+        if _SURROGATE_ESCAPE.search(line):
+            obj = _scrub(obj)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict) or type(obj.get("seq")) is not int or obj["seq"] != seq:
+        return None
+    return obj if obj.get("kind") in _KINDS else None
+
+
+def _str_dict(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 class Sandbox:
-    """A persistent sandboxed worker holding one set of tool sources."""
+    """A persistent sandbox holding one set of tool sources; ``reset()`` gives fresh state."""
 
     def __init__(
         self,
@@ -156,8 +210,11 @@ class Sandbox:
         self.limits = limits or SandboxLimits()
         self.unsafe = unsafe_no_sandbox
         self.load_errors: dict[str, str] = {}
-        self.replacements = 0
+        self.replacements = 0  # how many times state was discarded after a failed call
+        self._skip: dict[str, str] = {}  # tools whose module code hung or crashed the load
         self._proc: asyncio.subprocess.Process | None = None
+        self._lease: _UidLease | None = None
+        self._seq = 0
         self._lock = asyncio.Lock()
         if not self.unsafe and not bwrap_available():
             raise ConfigError(
@@ -172,6 +229,8 @@ class Sandbox:
 
     def _config(self) -> dict[str, Any]:
         lim = self.limits
+        if not self.unsafe and os.geteuid() == 0 and self._lease is None:
+            self._lease = _UidLease()
         return {
             "limits": {
                 "address_space_bytes": lim.address_space_bytes,
@@ -180,15 +239,21 @@ class Sandbox:
                 "open_files": lim.open_files,
             },
             "cpu_seconds_per_call": lim.cpu_seconds_per_call,
+            "wall_seconds_per_call": lim.wall_seconds_per_call,
+            "load_seconds_per_tool": lim.load_seconds_per_tool,
             "output_cap_chars": lim.output_cap_chars,
-            "drop_privileges": os.geteuid() == 0,
+            "uid": self._lease.uid if self._lease else None,
         }
+
+    def _load_timeout(self) -> float:
+        per_tool = self.limits.load_seconds_per_tool
+        return self.limits.startup_seconds + per_tool * (len(self.sources) + 1) + HOST_SLACK_S
 
     async def _spawn(self) -> None:
         if self.unsafe:
             cmd = [_python()[0], "-I", "-S", str(WORKER), json.dumps(self._config())]
         else:
-            cmd = bwrap_command(self._config())
+            cmd = bwrap_command(self._config(), tmp_bytes=self.limits.tmp_bytes)
         self._proc = await asyncio.create_subprocess_exec(
             *cmd,
             stdin=asyncio.subprocess.PIPE,
@@ -197,12 +262,16 @@ class Sandbox:
             start_new_session=True,
             limit=64 * self.limits.output_cap_chars + (1 << 20),
         )
-        reply = await self._request(
-            {"op": "load", "tools": self.sources}, self.limits.startup_seconds
-        )
-        if reply.get("kind") != "ok":
+        msg = {"op": "load", "tools": self.sources, "skip": self._skip}
+        reply = await self._request(self._next(msg), self._load_timeout())
+        if reply["kind"] != "ok":
+            await self._kill()
             raise ConfigError(f"the sandbox worker did not start: {reply.get('error')}")
-        self.load_errors = dict(reply.get("errors") or {})
+        self._take_load(reply)
+
+    def _take_load(self, reply: dict[str, Any]) -> None:
+        self.load_errors = _str_dict(reply.get("errors"))
+        self._skip = _str_dict(reply.get("skip"))
 
     async def start(self) -> dict[str, str]:
         """Start the worker and load the sources; returns per-tool load errors."""
@@ -211,55 +280,67 @@ class Sandbox:
                 await self._spawn()
         return self.load_errors
 
-    async def _request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def _next(self, msg: dict[str, Any]) -> bytes:
+        """The request's line, numbered (the reply must carry the same number)."""
+        self._seq += 1
+        return encode_line({**msg, "seq": self._seq})
+
+    async def _request(self, data: bytes, timeout: float) -> dict[str, Any]:
+        """One request and its reply, all under ``timeout`` (the write included)."""
         proc = self._proc
         assert proc is not None and proc.stdin is not None and proc.stdout is not None
         try:
-            proc.stdin.write((json.dumps(msg) + "\n").encode())
-            await proc.stdin.drain()
-            line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+            async with asyncio.timeout(timeout):
+                proc.stdin.write(data)
+                await proc.stdin.drain()
+                line = await proc.stdout.readline()
         except TimeoutError:
             await self._kill()
-            return {"kind": "timeout", "error": f"timed out after {timeout:g} s"}
+            return {"kind": "timeout", "error": f"timed out after {timeout - HOST_SLACK_S:g} s"}
         except (ConnectionError, asyncio.LimitOverrunError, ValueError) as exc:
             await self._kill()
             return {"kind": "crash", "error": f"the worker failed: {type(exc).__name__}"}
         if not line:
-            code = await self._kill()
-            return {"kind": "crash", "error": _describe_exit(code)}
-        reply = json.loads(line)
-        reply["kind"] = "ok" if reply.get("ok") else "error"
+            return {"kind": "crash", "error": _describe_exit(await self._kill())}
+        reply = _decode_reply(line, self._seq)
+        if reply is None:
+            await self._kill()
+            return {"kind": "crash", "error": "the worker sent something other than its reply"}
         return reply
 
     async def call(self, name: str, arguments: dict[str, Any]) -> SandboxReply:
         async with self._lock:
             if self._proc is None:
-                self.replacements += 1
                 await self._spawn()
+            try:
+                data = self._next({"op": "call", "name": name, "args": arguments})
+            except (TypeError, ValueError, RecursionError) as exc:
+                why = f"the arguments cannot be sent to the tool: {type(exc).__name__}: {exc}"
+                return SandboxReply("error", error=why)
             t0 = time.monotonic()
-            r = await self._request(
-                {"op": "call", "name": name, "args": arguments}, self.limits.wall_seconds_per_call
-            )
+            r = await self._request(data, self.limits.wall_seconds_per_call + HOST_SLACK_S)
         kind: ReplyKind = r["kind"]
-        error = r.get("error", "")
+        error, output = str(r.get("error") or ""), str(r.get("output") or "")
         if kind == "timeout" or kind == "crash":
+            self.replacements += 1
             error = f"tool '{name}' {error} (the sandbox was replaced)"
         elif kind == "error" and r.get("traceback"):
-            error = error + "\n" + r["traceback"].strip()
+            error = error + "\n" + str(r["traceback"]).strip()
         log.debug("sandbox call %s: %s in %.1f ms", name, kind, (time.monotonic() - t0) * 1e3)
-        return SandboxReply(kind, r.get("value"), r.get("output", ""), error)
+        return SandboxReply(kind, r.get("value"), output, error)
 
     async def reset(self) -> dict[str, str]:
-        """Fresh state: re-run every source in the same worker (or start one)."""
+        """Fresh state: a new episode forked from the pristine template, /tmp emptied."""
         async with self._lock:
             if self._proc is None:
                 await self._spawn()
                 return self.load_errors
-            r = await self._request({"op": "reset"}, self.limits.startup_seconds)
-            if r["kind"] != "ok":
-                await self._spawn()
+            r = await self._request(self._next({"op": "reset"}), self._load_timeout())
+            if r["kind"] == "ok":
+                self._take_load(r)
             else:
-                self.load_errors = dict(r.get("errors") or {})
+                await self._kill()
+                await self._spawn()
         return self.load_errors
 
     async def _kill(self) -> int | None:
@@ -275,6 +356,9 @@ class Sandbox:
 
     async def close(self) -> None:
         await self._kill()
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
 
     async def __aenter__(self) -> Sandbox:
         await self.start()

@@ -1,224 +1,388 @@
-"""The sandboxed worker: loads tool sources once, then answers calls over a pipe.
+"""The inside of the sandbox: a supervisor, a pristine template (zygote) and an episode process.
 
-Runs as ``python -I -S sandbox_worker.py LIMITS_JSON`` inside bubblewrap (see sandbox.py),
-standard library only. Protocol: one JSON object per line on the original stdin/stdout, which
-are moved to private descriptors before any tool code runs; fds 0-2 then point at /dev/null,
-so nothing a tool writes can corrupt the protocol.
+Runs as ``python -I -S sandbox_worker.py CONFIG_JSON`` inside bubblewrap (see sandbox.py),
+standard library only. The process that runs tool code never holds the host's channel:
 
-    → {"op": "load", "tools": {"name": "source", ...}}    ← {"ok": true, "errors": {name: msg}}
-    → {"op": "call", "name": "t", "args": {...}}   ← {"ok": true, "value": ..., "output": ...}
-                                                   ← {"ok": false, "error": "...", ...}
-    → {"op": "reset"}  (re-run every source: fresh state) ← {"ok": true, "errors": {...}}
+    host ══ stdin/stdout ══ supervisor ──socketpair── zygote ──fork per episode──┐
+                                │                                                 │
+                                └────────── two pipes (this episode only) ── episode process
 
-Before tool code runs, the worker applies resource limits and drops to an unprivileged uid, and
-an audit hook refuses processes, sockets, ctypes, signals and writes outside /tmp with a clear
-message. The isolation itself is bubblewrap's (no network, no host files); the hook only makes
-the errors readable.
+- The **supervisor** owns the host channel (fds 0/1 moved to private descriptors, then made
+  non-dumpable so that no other process can open them through ``/proc/PID/fd`` or ptrace). It
+  compiles the sources, imports the standard-library modules they name, forks the zygote before
+  any call has been relayed, and from then on only relays, validates and kills. It never runs
+  tool code. It enforces every deadline (load, call, writes included) with non-blocking pipes.
+- The **zygote** has compiled everything and run nothing: on each request it forks an episode
+  process (receiving the episode's two pipe ends with SCM_RIGHTS) and goes back to waiting. It
+  holds no host descriptor and has seen no call, so a fork of it is a fresh state: no module,
+  builtin, monkeypatch, audit hook, thread, timer or signal handler of an earlier episode.
+- The **episode** process closes everything but its own two pipes, applies the rlimits, drops to
+  the sandbox's own uid (one per sandbox: the process limit is per uid), installs the audit hook,
+  runs the module code of each tool, then answers calls. After each call it cancels timers,
+  restores signal dispositions, and if threads are left, forks itself and lets the old process
+  (with the threads) exit, so that nothing a call left behind can act in the next one.
+
+Tool code controls its own return value by definition; what it cannot control: the host channel
+(another process, another uid, non-dumpable), the results of other calls (a reply is exactly one
+line carrying the call's sequence number; a line out of turn, for another call, or not JSON makes
+the call a ``crash`` and the episode is discarded), another episode (killed, ``/tmp`` wiped,
+re-forked from the zygote), and the verdict on timeouts, crashes and limits (the supervisor's).
+
+Wire protocol (one JSON object per line):
+
+    host → {"op": "load", "seq": n, "tools": {name: source}, "skip": {name: error}}
+    host → {"op": "reset", "seq": n}       ← {"seq": n, "kind": "ok", "errors": {}, "skip": {}}
+    host → {"op": "call", "seq": n, "name": "t", "args": {...}}
+         ← {"seq": n, "kind": "ok", "value": ..., "output": "..."}
+         ← {"seq": n, "kind": "error" | "timeout" | "crash", "error": "...", "output": "..."}
+
+The isolation itself is bubblewrap's and the uid's (no network, no host files, no signals to
+others); the audit hook (processes, sockets, ctypes, signals, writes outside /tmp) only makes the
+errors readable.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
 import os
-import resource
+import select
+import shutil
 import signal
+import socket
 import sys
-import traceback
+import time
 from typing import Any
 
-_BLOCKED = {
-    "os.system": "running shell commands",
-    "os.exec": "starting programs",
-    "os.spawn": "starting programs",
-    "os.posix_spawn": "starting programs",
-    "os.fork": "creating processes",
-    "os.forkpty": "creating processes",
-    "subprocess.Popen": "starting programs",
-    "socket.__new__": "network access",
-    "socket.connect": "network access",
-    "socket.bind": "network access",
-    "socket.getaddrinfo": "network access",
-    "ctypes.dlopen": "loading native code (ctypes)",
-    "ctypes.dlsym": "loading native code (ctypes)",
-    "ctypes.cdata": "loading native code (ctypes)",
-    "os.kill": "sending signals",
-    "os.killpg": "sending signals",
-    "signal.pthread_kill": "sending signals",
-    "sys.addaudithook": "changing the sandbox",
-}
-_state = {"guard": False}
+if __name__ == "__main__":  # run as a script inside the sandbox: the episode module is beside us
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from sandbox_episode import drop_privileges, encode_line, exc_text, zygote
+else:
+    from astra_agent.sandbox_episode import drop_privileges, encode_line, exc_text, zygote
+
+# Standard-library modules never imported ahead of the tools (side effects at import).
+_NO_PREIMPORT = {"antigravity", "this", "__hello__", "__phello__", "idlelib", "tkinter"}
+_NO_PREIMPORT |= {"turtle", "turtledemo", "webbrowser", "pydoc", "ensurepip", "venv", "test"}
 
 
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if not _state["guard"]:
-        return
-    why = _BLOCKED.get(event)
-    if why is None and event == "open":
-        path, mode = args[0], args[1]
-        writing = isinstance(mode, str) and any(c in mode for c in "wax+")
-        if writing and isinstance(path, str) and not os.path.abspath(path).startswith("/tmp/"):
-            why = f"writing outside /tmp ({path})"
-    if why is not None:
-        raise PermissionError(f"{why} is not allowed in the sandbox")
+class _Timeout(Exception):
+    pass
 
 
-class _CappedOutput(io.TextIOBase):
-    """Collects printed text up to ``cap`` characters and counts the rest."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.parts: list[str] = []
-        self.size = 0
-        self.dropped = 0
-
-    def write(self, s: str) -> int:
-        room = self.cap - self.size
-        if room > 0:
-            self.parts.append(s[:room])
-        self.size += min(len(s), max(room, 0))
-        self.dropped += max(0, len(s) - max(room, 0))
-        return len(s)
-
-    def text(self) -> str:
-        out = "".join(self.parts)
-        return out + (f"\n…[{self.dropped} characters of output dropped]" if self.dropped else "")
+class _Broken(Exception):
+    pass
 
 
-def _apply_limits(limits: dict[str, int]) -> None:
-    pairs = {
-        "address_space_bytes": resource.RLIMIT_AS,
-        "processes": resource.RLIMIT_NPROC,
-        "file_size_bytes": resource.RLIMIT_FSIZE,
-        "open_files": resource.RLIMIT_NOFILE,
-    }
-    for key, res in pairs.items():
-        if limits.get(key):
-            resource.setrlimit(res, (limits[key], limits[key]))
-    total_cpu = limits.get("cpu_seconds_total", 3600)
-    resource.setrlimit(resource.RLIMIT_CPU, (total_cpu, total_cpu))
+def _write_all(fd: int, data: bytes, deadline: float) -> None:
+    """Write to a non-blocking pipe, giving up at ``deadline`` (a stopped reader cannot hang us)."""
+    view = memoryview(data)
+    while view:
+        with contextlib.suppress(BlockingIOError):
+            view = view[os.write(fd, view) :]
+        if view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Timeout
+            select.select([], [fd], [], left)
 
 
-def _drop_privileges(uid: int) -> None:
-    if os.getuid() == 0:
-        with contextlib.suppress(OSError):
-            os.chmod("/tmp", 0o1777)
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
+# --------------------------------------------------------------------------- the supervisor
 
 
-def _load(sources: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
-    funcs: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    for name, source in sources.items():
-        namespace: dict[str, Any] = {"__name__": f"tool_{name}"}
-        try:
-            code = compile(source, f"<tool {name}>", "exec")
-            _state["guard"] = True
+class _Episode:
+    def __init__(self, pid: int, req: int, rep: int) -> None:
+        self.pid, self.req, self.rep = pid, req, rep
+        self.buf = bytearray()
+
+    def read_line(self, deadline: float, limit: int) -> bytes | None:
+        """The next line (None at end of file), within ``deadline`` and ``limit`` bytes."""
+        start = 0
+        while True:
+            i = self.buf.find(b"\n", start)
+            if i >= 0:
+                line = bytes(self.buf[: i + 1])
+                del self.buf[: i + 1]
+                return line
+            if len(self.buf) > limit:
+                raise _Broken("sent a line over the size limit")
+            start = len(self.buf)
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.rep], [], [], left)[0]:
+                raise _Timeout
+            chunk = os.read(self.rep, 1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+
+    def pending(self) -> bool:
+        return bool(self.buf) or bool(select.select([self.rep], [], [], 0)[0])
+
+
+def _stat_exit(pid: int) -> tuple[str, int] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[-1])
+
+
+def _exit_reason(pid: int) -> str:
+    """Why an episode process ended, from its zombie's exit code (if it is readable)."""
+    for _ in range(40):
+        st = _stat_exit(pid)
+        if st is None:
+            break
+        state, code = st
+        if code or state in "ZX":
+            sig = code & 0x7F
+            if sig:
+                why = {
+                    signal.SIGXCPU: " (CPU time limit)",
+                    signal.SIGKILL: " (killed: memory?)",
+                    signal.SIGSEGV: " (segmentation fault)",
+                }.get(signal.Signals(sig), "")
+                return f"crashed: signal {signal.Signals(sig).name}{why}"
+            return f"crashed: the worker exited with code {code >> 8}"
+        time.sleep(0.005)
+    return "crashed: the worker ended"
+
+
+class Supervisor:
+    def __init__(self, cfg: dict[str, Any], out: int) -> None:
+        self.cfg, self.out = cfg, out
+        self.uid: int | None = cfg.get("uid")
+        self.wall = float(cfg.get("wall_seconds_per_call", 10))
+        self.load_s = float(cfg.get("load_seconds_per_tool", 10))
+        self.max_line = 8 * int(cfg.get("output_cap_chars", 65536)) + 4096
+        self.codes: dict[str, Any] = {}
+        self.compile_errors: dict[str, str] = {}
+        self.skip: dict[str, str] = {}
+        self.zygote: socket.socket | None = None
+        self.ep: _Episode | None = None
+
+    def serve(self, inp: io.BufferedReader) -> None:
+        for line in inp:
+            seq = None
             try:
-                exec(code, namespace)
+                msg = json.loads(line)
+                seq, op = msg.get("seq"), msg.get("op")
+                reply: dict[str, Any] | bytes
+                if op == "call":
+                    reply = self.call(seq, line)
+                elif op == "reset":
+                    reply = self.renew()
+                elif op == "load" and self.zygote is None:
+                    reply = self.load(dict(msg["tools"]), dict(msg.get("skip") or {}))
+                else:
+                    reply = {"kind": "error", "error": f"unknown op {op!r}"}
+            except _Broken as exc:
+                reply = {"kind": "crash", "error": str(exc)}
+            except Exception as exc:  # a malformed request must not kill the supervisor
+                reply = {"kind": "error", "error": f"supervisor: {type(exc).__name__}: {exc}"}
+            data = encode_line({**reply, "seq": seq}) if isinstance(reply, dict) else reply
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.out, view) :]
+        self.discard()
+
+    def load(self, tools: dict[str, str], skip: dict[str, str]) -> dict[str, Any]:
+        names: set[str] = set()
+        for name, source in tools.items():
+            try:
+                tree = ast.parse(source, f"<tool {name}>")
+                self.codes[name] = compile(tree, f"<tool {name}>", "exec")
+            except BaseException as exc:  # SyntaxError, ValueError (NUL), RecursionError
+                self.compile_errors[name] = exc_text(exc)
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    names.update(a.name.split(".")[0] for a in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names.add(node.module.split(".")[0])
+        for mod in sorted((names & sys.stdlib_module_names) - _NO_PREIMPORT):
+            with contextlib.suppress(BaseException):
+                __import__(mod)  # standard library only: imported once, shared by every fork
+        self.skip = {k: v for k, v in skip.items() if k in self.codes}
+        a, b = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            a.close()
+            os.close(self.out)
+            os.close(self.cfg["_in"])
+            try:
+                zygote(b, self.codes, self.cfg)
             finally:
-                _state["guard"] = False
-        except BaseException as exc:  # a tool's module code may raise anything
-            errors[name] = f"{type(exc).__name__}: {exc}"
-            continue
-        fn = namespace.get(name)
-        if not callable(fn):
-            errors[name] = f"the source does not define a function named {name!r}"
-            continue
-        funcs[name] = fn
-    return funcs, errors
+                os._exit(0)
+        b.close()
+        a.settimeout(10)
+        self.zygote = a
+        return self.renew()
+
+    def renew(self) -> dict[str, Any]:
+        """Kill the episode, wipe /tmp, fork a fresh one and load the tools in it."""
+        self.discard()
+        self._wipe_tmp()
+        errors = self._start_episode()
+        all_errors = {**self.compile_errors, **self.skip, **errors}
+        return {"kind": "ok", "errors": all_errors, "skip": self.skip}
+
+    def _fork_episode(self) -> _Episode:
+        assert self.zygote is not None
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        try:
+            socket.send_fds(self.zygote, [b"f"], [req_r, rep_w])
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = self.zygote.recv(64)
+                if not chunk:
+                    raise _Broken("the sandbox's template process ended")
+                data += chunk
+        except OSError as exc:
+            raise _Broken(f"the sandbox's template process failed: {exc}") from None
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
+        os.set_blocking(req_w, False)
+        os.set_blocking(rep_r, False)
+        self.ep = _Episode(int(data), req_w, rep_r)
+        return self.ep
+
+    def _start_episode(self) -> dict[str, str]:
+        for _ in range(len(self.codes) + 1):
+            ep = self._fork_episode()
+            current, why = None, ""
+            try:
+                first = encode_line({"op": "load", "skip": sorted(self.skip)})
+                _write_all(ep.req, first, time.monotonic() + self.load_s)
+            except (_Timeout, OSError):
+                why = "did not start"
+            deadline = time.monotonic() + self.load_s
+            while not why:
+                try:
+                    line = ep.read_line(deadline, self.max_line)
+                except _Timeout:
+                    why = f"did not finish within {self.load_s:g} s"
+                    break
+                except _Broken as exc:
+                    why = str(exc)
+                    break
+                if line is None:
+                    why = _exit_reason(ep.pid)
+                    break
+                msg = _parse(line)
+                if isinstance(msg.get("loading"), str) and msg["loading"] in self.codes:
+                    current, deadline = msg["loading"], time.monotonic() + self.load_s
+                elif msg.get("ready") is True and isinstance(msg.get("errors"), dict):
+                    return {str(k): str(v) for k, v in msg["errors"].items()}
+                else:
+                    why = "wrote to the protocol channel"
+            self.discard()
+            if current is None:
+                raise _Broken(f"the sandbox could not start an episode ({why})")
+            self.skip[current] = f"the module code {why}; the tool is disabled"
+        raise _Broken("the sandbox could not start an episode")
+
+    def call(self, seq: Any, raw: bytes) -> dict[str, Any] | bytes:
+        if self.ep is None:
+            self.renew()
+        ep = self.ep
+        assert ep is not None
+        if ep.pending():  # anything before the request is not a reply to it
+            ended = not ep.buf and not os.read(ep.rep, 1)
+            reason = _exit_reason(ep.pid) if ended else "wrote to the protocol channel"
+            self.discard()
+            return {"kind": "crash", "error": f"{reason} (between calls)"}
+        deadline = time.monotonic() + self.wall
+        try:
+            _write_all(ep.req, raw, deadline)
+            line = ep.read_line(deadline, self.max_line)
+        except _Timeout:
+            self.discard()
+            return {"kind": "timeout", "error": f"timed out after {self.wall:g} s"}
+        except (_Broken, OSError) as exc:
+            self.discard()
+            return {"kind": "crash", "error": f"crashed: {exc}"}
+        if line is None:
+            reason = _exit_reason(ep.pid)
+            self.discard()
+            return {"kind": "crash", "error": reason}
+        msg = _parse(line)
+        if type(msg.get("seq")) is not int or msg["seq"] != seq or ep.buf:
+            self.discard()
+            return {"kind": "crash", "error": "wrote something other than its reply on the "
+                    "protocol channel"}  # fmt: skip
+        if msg.get("kind") not in ("ok", "error"):
+            self.discard()
+            return {"kind": "crash", "error": "sent a reply of an unknown kind"}
+        return line
+
+    def discard(self) -> None:
+        """Kill every process of the episode (by uid inside the sandbox, else its group)."""
+        ep, self.ep = self.ep, None
+        if ep is None:
+            return
+        os.close(ep.req)
+        os.close(ep.rep)
+        if self.uid is None:
+            with contextlib.suppress(OSError):
+                os.killpg(ep.pid, signal.SIGKILL)
+            return
+        pid = os.fork()
+        if pid == 0:  # as the episode's uid, kill(-1) reaches exactly its processes
+            try:
+                drop_privileges(self.uid)
+                for _ in range(3):
+                    os.kill(-1, signal.SIGKILL)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+
+    def _wipe_tmp(self) -> None:
+        if not self.cfg.get("wipe_tmp"):
+            return
+        try:
+            for entry in os.scandir("/tmp"):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+        except (OSError, RecursionError) as exc:
+            raise _Broken(f"could not clear /tmp: {exc}") from None
 
 
-def _kill_strays() -> None:
-    """Kill any process a tool left behind (we are the only one of our uid in this pid ns)."""
-    with contextlib.suppress(OSError):
-        os.kill(-1, signal.SIGKILL)
-
-
-def _call(
-    funcs: dict[str, Any], name: str, args: dict[str, Any], cap: int, cpu_s: int, own_pid_ns: bool
-) -> dict:
-    fn = funcs.get(name)
-    if fn is None:
-        return {"ok": False, "error": f"no implementation loaded for tool {name!r}"}
-    out = _CappedOutput(cap)
-    used = int(sum(resource.getrusage(resource.RUSAGE_SELF)[:2])) + 1
-    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
-    resource.setrlimit(resource.RLIMIT_CPU, (min(used + cpu_s, hard), hard))
-    old = sys.stdout, sys.stderr
-    sys.stdout = sys.stderr = out
-    _state["guard"] = True
+def _parse(line: bytes) -> dict[str, Any]:
     try:
-        value = fn(**args)
-        reply: dict[str, Any] = {"ok": True, "value": _jsonable(value)}
-    except BaseException as exc:  # the tool's failure is the model's information
-        frames = [
-            f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<tool")
-        ]
-        where = "".join(traceback.format_list(frames[-3:]))
-        reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": where}
-    finally:
-        _state["guard"] = False
-        sys.stdout, sys.stderr = old
-    if own_pid_ns:  # only inside the sandbox's pid namespace: kill(-1) is ours alone there
-        _kill_strays()
-    reply["output"] = out.text()
-    return reply
+        msg = json.loads(line)
+    except (ValueError, RecursionError):
+        return {}
+    return msg if isinstance(msg, dict) else {}
 
 
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
+def _non_dumpable() -> None:
+    """No other process of the sandbox may open our fds via /proc or ptrace us."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
 
 
 def main() -> None:
-    config = json.loads(sys.argv[1])
-    proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
-    proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    cfg = json.loads(sys.argv[1])
+    proto_in, proto_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    signal.signal(signal.SIGXCPU, signal.SIG_DFL)
-    _apply_limits(config.get("limits", {}))
-    if config.get("drop_privileges", True):
-        _drop_privileges(int(config.get("uid", 65534)))
-    sys.addaudithook(_audit)
-    cap = int(config.get("output_cap_chars", 65536))
-    cpu_s = int(config.get("cpu_seconds_per_call", 10))
-    own_pid_ns = bool(config.get("own_pid_namespace", False))
-    sources: dict[str, str] = {}
-    funcs: dict[str, Any] = {}
-    for line in proto_in:
-        try:
-            msg = json.loads(line)
-            op = msg.get("op")
-            if op == "load":
-                sources = dict(msg["tools"])
-                funcs, errors = _load(sources)
-                reply: dict[str, Any] = {"ok": True, "errors": errors}
-            elif op == "reset":
-                funcs, errors = _load(sources)
-                reply = {"ok": True, "errors": errors}
-            elif op == "call":
-                args = dict(msg.get("args") or {})
-                reply = _call(funcs, msg["name"], args, cap, cpu_s, own_pid_ns)
-            elif op == "ping":
-                reply = {"ok": True}
-            else:
-                reply = {"ok": False, "error": f"unknown op {op!r}"}
-        except Exception as exc:  # a malformed request must not kill the worker
-            reply = {"ok": False, "error": f"worker: {type(exc).__name__}: {exc}"}
-        data = json.dumps(reply, ensure_ascii=False)
-        if len(data) > 8 * cap:
-            data = json.dumps({"ok": False, "error": "the tool's result is too large to return"})
-        proto_out.write(data + "\n")
-        proto_out.flush()
+    os.close(devnull)
+    if cfg.get("uid") is not None:
+        with contextlib.suppress(OSError):
+            os.chmod("/tmp", 0o1777)
+    _non_dumpable()
+    cfg["_in"] = proto_in
+    Supervisor(cfg, proto_out).serve(os.fdopen(proto_in, "rb"))
 
 
 if __name__ == "__main__":

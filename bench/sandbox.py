@@ -1,9 +1,10 @@
 """Benchmark: a trivial tool through the persistent sandboxed worker, against calling the same
-function in-process and against a fresh sandboxed process per call, in the same run.
+function in-process and against a fresh sandboxed process per call, in the same run; and
+``reset()`` (a fresh episode forked from the pristine template) against a fresh sandbox.
 
-Target: p50 under 5 ms per sandboxed call.
+Targets: p50 under 5 ms per sandboxed call, ``reset()`` under 50 ms.
 
-    .venv/bin/python bench/sandbox.py [--calls 1000] [--fresh-calls 100]
+    .venv/bin/python bench/sandbox.py [--calls 1000] [--fresh-calls 100] [--resets 100]
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import time
@@ -52,28 +54,48 @@ def in_process(n: int) -> list[float]:
 
 def fresh(n: int) -> list[float]:
     """A new bubblewrap + Python per call: load, call, exit."""
-    cfg = {"limits": {}, "drop_privileges": True}
-    cmd = bwrap_command(cfg)
+    cmd = bwrap_command({"limits": {}, "uid": 65534 if os.geteuid() == 0 else None})
     out = []
     for i in range(n):
-        req = json.dumps({"op": "load", "tools": {"add": SOURCE}}) + "\n"
-        req += json.dumps({"op": "call", "name": "add", "args": {"a": i, "b": 1}}) + "\n"
+        req = json.dumps({"op": "load", "seq": 1, "tools": {"add": SOURCE}}) + "\n"
+        req += json.dumps({"op": "call", "seq": 2, "name": "add", "args": {"a": i, "b": 1}})
         t = time.perf_counter()
-        r = subprocess.run(cmd, input=req, capture_output=True, text=True, check=True)
+        r = subprocess.run(cmd, input=req + "\n", capture_output=True, text=True, check=True)
         out.append(time.perf_counter() - t)
         assert json.loads(r.stdout.splitlines()[-1])["value"] == {"sum": i + 1}
     return out
+
+
+async def resets(n: int) -> tuple[list[float], list[float]]:
+    """reset() of a live sandbox, and the baseline: a new sandbox per episode (start, close)."""
+    warm, cold = [], []
+    async with Sandbox({"add": SOURCE}, SandboxLimits()) as sb:
+        for i in range(n):
+            await sb.call("add", {"a": i, "b": 1})
+            t = time.perf_counter()
+            await sb.reset()
+            warm.append(time.perf_counter() - t)
+    for _ in range(max(1, n // 5)):
+        t = time.perf_counter()
+        async with Sandbox({"add": SOURCE}, SandboxLimits()):
+            pass
+        cold.append(time.perf_counter() - t)
+    return warm, cold
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--fresh-calls", type=int, default=100)
+    ap.add_argument("--resets", type=int, default=100)
     args = ap.parse_args()
+    warm, cold = asyncio.run(resets(args.resets))
     rows = [
         ("in-process function call", in_process(args.calls)),
         ("persistent sandboxed worker", asyncio.run(persistent(args.calls))),
         ("fresh sandboxed process per call", fresh(args.fresh_calls)),
+        ("reset() (fork of the template)", warm),
+        ("new sandbox per episode", cold),
     ]
     print(f"{'path':<36}{'calls':>7}{'p50 ms':>10}{'p99 ms':>10}{'mean ms':>10}")
     for name, xs in rows:
@@ -85,6 +107,11 @@ def main() -> None:
     print(
         f"persistent worker vs fresh process: p50 {pct(rows[2][1], 0.5) / p50:.0f}x faster; "
         f"target p50 < 5 ms: {'met' if p50 < 5 else 'MISSED'} ({p50:.3f} ms)"
+    )
+    r50 = pct(warm, 0.5)
+    print(
+        f"reset() vs new sandbox: p50 {pct(cold, 0.5) / r50:.0f}x faster; "
+        f"target reset p50 < 50 ms: {'met' if r50 < 50 else 'MISSED'} ({r50:.3f} ms)"
     )
 
 
