@@ -6,7 +6,9 @@
     }}
 
 Our optional per-server keys: ``timeout`` (seconds per call), ``startupTimeout``,
-``disabled``, ``allowedTools`` / ``disabledTools``. JSON or YAML; ``${VAR}`` and
+``disabled``, ``allowedTools`` / ``disabledTools``, and for stdio servers ``maxMessageBytes``
+(the largest message read from the server, 16 MiB by default: a bigger tool result becomes an
+error result). JSON or YAML; ``${VAR}`` and
 ``${VAR:-default}`` are expanded in command, args, env, cwd, url and headers.
 """
 
@@ -22,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from astra_agent.config import read_mapping
 from astra_agent.errors import ConfigError
+from astra_agent.mcp_stdio import DEFAULT_MAX_MESSAGE_BYTES
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -47,6 +50,12 @@ class StdioServerConfig(_Common):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     type: Literal["stdio"] | None = None
+    max_message_bytes: int = Field(
+        DEFAULT_MAX_MESSAGE_BYTES,
+        ge=1024,
+        alias="maxMessageBytes",
+        description="the largest message read from the server; a bigger result is an error",
+    )
 
 
 class HttpServerConfig(_Common):

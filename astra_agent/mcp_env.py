@@ -20,20 +20,24 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from astra_agent.environment import OPENAI_TOOL_NAME, ToolResult, ToolSpec
+from astra_agent.environment import OPENAI_TOOL_NAME, Environment, ToolResult, ToolSpec
 from astra_agent.errors import ServerError
 from astra_agent.mcp_config import HttpServerConfig, MCPConfig, ServerConfig, StdioServerConfig
+from astra_agent.mcp_stdio import TOO_LARGE, stdio_transport
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TOOL_TIMEOUT_S = 120.0
 MAX_RESTARTS = 3
 CLOSE_TIMEOUT_S = 10.0
+ABORT_TIMEOUT_S = 5.0  # a failed start's clean-up (the transport kills in < 1 s)
+PING_TIMEOUT_S = 5.0
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -104,7 +108,7 @@ def assign_names(tools: dict[str, list[Any]]) -> dict[str, _Route]:
             name = t.name
             if seen[name] > 1 or not OPENAI_TOOL_NAME.match(name):
                 base = f"{server}__{name}" if seen[name] > 1 else name
-                name = re.sub(r"[^a-zA-Z0-9_-]", "_", base)
+                name = re.sub(r"[^a-zA-Z0-9_-]", "_", base) or "tool"
             if len(name) > 64 or name in out:
                 digest = hashlib.sha1(f"{server}/{t.name}".encode()).hexdigest()[:8]
                 name = f"{name[:55]}_{digest}"
@@ -125,6 +129,7 @@ class _Server:
         self._client: Any = None
         self._task: asyncio.Task[None] | None = None
         self._dead = False  # the connection broke: restart before the next call
+        self._wire: dict[str, bool] = {}  # the stdio transport's state ("eof")
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
 
@@ -145,17 +150,17 @@ class _Server:
         return "\n".join(text.splitlines()[-lines:])
 
     def _transport(self, errlog: Any) -> Any:
-        from mcp import StdioServerParameters, stdio_client
-
         cfg = self.cfg
         if isinstance(cfg, StdioServerConfig):
-            params = StdioServerParameters(
-                command=_resolve_command(cfg.command),
-                args=cfg.args,
+            self._wire = {}
+            return stdio_transport(
+                [_resolve_command(cfg.command), *cfg.args],
                 env=cfg.env or None,
                 cwd=cfg.cwd,
+                errlog=errlog,
+                max_bytes=cfg.max_message_bytes,
+                state=self._wire,
             )
-            return stdio_client(params, errlog=errlog)
         assert isinstance(cfg, HttpServerConfig)
         if cfg.transport == "sse":
             from mcp.client.sse import sse_client
@@ -194,11 +199,11 @@ class _Server:
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.cfg.startup_timeout)
         except TimeoutError:
-            await self.close()
+            await self._abort()
             why = f"did not start within {self.cfg.startup_timeout:g} s"
             raise ServerError(self._failure(why)) from None
         except (Exception, asyncio.CancelledError) as exc:
-            await self.close()
+            await self._abort()
             if isinstance(exc, asyncio.CancelledError) and not ready.cancelled():
                 raise
             raise ServerError(self._failure(_describe(exc))) from None
@@ -225,31 +230,64 @@ class _Server:
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
         from mcp import MCPError
-        from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
         try:
             await self._ensure()
         except ServerError as exc:
             return ToolResult(f"Error: {exc}", is_error=True)
         client = self._client
+        t0 = time.monotonic()
         try:
             async with asyncio.timeout(self.timeout + 5):  # a guard above the SDK's own
                 result = await client.call_tool(tool, arguments, read_timeout_seconds=self.timeout)
-        except (MCPError, TimeoutError) as exc:
-            code = getattr(exc, "code", REQUEST_TIMEOUT)
-            if code == REQUEST_TIMEOUT:
-                return ToolResult(
-                    f"Error: tool '{tool}' timed out after {self.timeout:g} s.", is_error=True
-                )
-            if code == CONNECTION_CLOSED or not self.alive:
-                return self._crashed(tool)
-            return ToolResult(f"Error: {exc}", is_error=True)
+        except TimeoutError:
+            return self._timed_out(tool)
+        except MCPError as exc:
+            return await self._rpc_error(tool, exc, time.monotonic() - t0)
         except Exception as exc:  # transport failures
             if not self.alive:
                 return self._crashed(tool)
             return ToolResult(f"Error: {_describe(exc)}", is_error=True)
         text, structured = result_text(result)
         return ToolResult(text, is_error=bool(result.is_error), structured=structured)
+
+    def _timed_out(self, tool: str) -> ToolResult:
+        return ToolResult(
+            f"Error: tool '{tool}' timed out after {self.timeout:g} s.", is_error=True
+        )
+
+    async def _rpc_error(self, tool: str, exc: Any, elapsed: float) -> ToolResult:
+        """An MCPError: the SDK's own (a timeout, a closed connection) or the server's reply.
+
+        The codes overlap (a server may answer -32000 or -32001 itself), so the SDK's are told
+        apart by what happened: the time elapsed, and whether the connection still answers.
+        """
+        from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+        if exc.code == REQUEST_TIMEOUT and elapsed >= self.timeout * 0.9:
+            return self._timed_out(tool)
+        if exc.code == CONNECTION_CLOSED and not await self._responsive():
+            return self._crashed(tool)
+        if isinstance(exc.data, dict) and exc.data.get("reason") == TOO_LARGE:
+            return ToolResult(f"Error: tool '{tool}': {exc.message}", is_error=True)
+        return ToolResult(
+            f"Error: the MCP server '{self.name}' answered the call of '{tool}' with JSON-RPC "
+            f"error {exc.code}: {exc.message}",
+            is_error=True,
+        )
+
+    async def _responsive(self) -> bool:
+        client = self._client
+        if self._wire.get("eof") or client is None or not self.alive:
+            return False
+        try:
+            async with asyncio.timeout(min(PING_TIMEOUT_S, self.timeout)):
+                with warnings.catch_warnings():  # ping is "legacy" in 2.x; so is our mode
+                    warnings.simplefilter("ignore", UserWarning)
+                    await client.send_ping()
+        except Exception:
+            return False
+        return True
 
     def _crashed(self, tool: str) -> ToolResult:
         self._dead = True
@@ -258,6 +296,13 @@ class _Server:
         msg = f"Error: the MCP server '{self.name}' crashed while running '{tool}'"
         msg += f" (stderr: {tail})" if tail else ""
         return ToolResult(msg + ". It will be restarted on the next call.", is_error=True)
+
+    async def _abort(self) -> None:
+        """End a start that failed: cancel its task now (no clean close to wait for)."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=ABORT_TIMEOUT_S)
 
     async def close(self) -> None:
         task, self._task = self._task, None
@@ -286,8 +331,10 @@ async def _http_transport(cfg: HttpServerConfig) -> AsyncIterator[Any]:
         yield streams
 
 
-class MCPEnvironment:
-    """Tools of several MCP servers, connected concurrently, names made unique and valid."""
+class MCPEnvironment(Environment):
+    """Tools of several MCP servers, connected concurrently, names made unique and valid.
+
+    ``reset()`` raises :class:`ResetUnsupportedError` (the servers' state is outside us)."""
 
     def __init__(
         self,
