@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from astra_agent.config import read_text
 from astra_agent.environment import ToolResult, ToolSpec
 from astra_agent.errors import ConfigError
 from astra_agent.sandbox import Sandbox, SandboxLimits
@@ -199,24 +200,35 @@ def parse_record(raw: dict[str, Any], index: int) -> tuple[ArenaTask | None, lis
     return task, out
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"arena data not found: {p}")
-    if p.suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError as exc:
-            raise ConfigError("reading parquet needs pyarrow (pip install pyarrow)") from exc
+def _read_parquet(p: Path) -> list[dict[str, Any]]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise ConfigError("reading parquet needs pyarrow (pip install pyarrow)") from exc
+    try:
         return pq.read_table(p).to_pylist()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{p} is not a readable parquet file: {why}") from None
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """The raw records of a JSONL or parquet file; a file that cannot be read as such (not
+    UTF-8, binary, corrupt parquet, a line that is not JSON) is a ConfigError naming the line."""
+    p = Path(path)
+    if p.is_dir() or not p.is_file():
+        raise ConfigError(f"arena data not found: {p}" if not p.exists() else f"{p} is not a file")
+    if p.suffix == ".parquet":
+        return _read_parquet(p)
     records = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(read_text(p, "arena data").splitlines(), 1):
         if not line.strip():
             continue
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{p}:{n} is not a JSON record: {exc}") from exc
+        except (ValueError, RecursionError) as exc:  # huge integers, deep nesting too
+            raise ConfigError(f"{p}:{n} is not a JSON record: {exc}") from None
     return records
 
 
@@ -341,13 +353,19 @@ class ArenaEnvironment:
         return ToolResult(reply.text(), is_error=not reply.ok, structured=reply.value)
 
     async def reset(self) -> None:
+        """The ``Environment`` reset: the sandbox back to the state of a fresh one (the task's
+        sources loaded anew, nothing a previous call left behind); the tools stay the task's."""
         await self.sandbox.reset()
 
     async def close(self) -> None:
         await self.sandbox.close()
 
     async def __aenter__(self) -> ArenaEnvironment:
-        await self.sandbox.start()
+        try:
+            await self.sandbox.start()
+        except BaseException:  # `async with` will not call __aexit__: release here
+            await self.close()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:

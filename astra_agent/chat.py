@@ -59,11 +59,23 @@ async def chat_loop(
     show_reasoning: bool,
     open_env: Callable[[MCPConfig, AgentConfig], Awaitable[MCPEnvironment]],
 ) -> None:
-    model = ChatModel(cfg.model)
-    name = await model.check_model()
-    env = await open_env(mcp, cfg)
-    printer = _Printer(show_reasoning)
+    async with ChatModel(cfg.model) as model:  # checks the endpoint; closes it in any case
+        env = await open_env(mcp, cfg)
+        try:
+            await _converse(model, env, cfg, save, _Printer(show_reasoning))
+        finally:
+            await env.close()
+
+
+async def _converse(
+    model: ChatModel,
+    env: MCPEnvironment,
+    cfg: AgentConfig,
+    save: Path | None,
+    printer: _Printer,
+) -> None:
     n_tools = len(await env.list_tools())
+    name = model.name
     err_console.print(f"chatting with {name} ({n_tools} tools). {HELP}")
     system = [{"role": "system", "content": cfg.system}] if cfg.system else []
     traj: Trajectory | None = None
@@ -107,5 +119,3 @@ async def chat_loop(
     finally:
         if traj and save:
             append_jsonl(save, traj)
-        await env.close()
-        await model.close()

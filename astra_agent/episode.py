@@ -21,8 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.environment import Environment, ToolResult, ToolSpec
 from astra_agent.errors import ServerError
-from astra_agent.model import ChatModel, DeltaHook, ModelTurn, ToolCall
-from astra_agent.trajectory import CallEvent, CallStatus, Trajectory
+from astra_agent.model import DeltaHook, EndpointError, Model, ModelTurn, ToolCall
+from astra_agent.schema import schema_error
+from astra_agent.trajectory import CallEvent, CallStatus, Termination, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def decode_arguments(call: ToolCall) -> dict[str, Any] | None:
     """A call's arguments as a JSON object, or None when they are not one (empty included)."""
     try:
         args = json.loads(call.arguments)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # JSONDecodeError, huge ints, deep nesting
         return None
     return args if isinstance(args, dict) else None
 
@@ -74,47 +75,6 @@ def truncate_middle(text: str, limit: int) -> tuple[str, bool]:
     head = keep * 2 // 3
     tail = keep - head
     return text[:head] + marker + (text[-tail:] if tail else ""), True
-
-
-_VALIDATORS: dict[int, tuple[ToolSpec, Any]] = {}  # by tool spec object
-_COMPILED: dict[str, Any] = {}  # by schema text: checking a schema costs ~1 ms
-
-
-def _validator(spec: ToolSpec) -> Any:
-    """The compiled JSON-schema validator of a tool (None if its schema is broken)."""
-    hit = _VALIDATORS.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    import jsonschema
-
-    key = json.dumps(spec.parameters, sort_keys=True, default=str)
-    if key in _COMPILED:
-        validator = _COMPILED[key]
-    else:
-        try:
-            cls = jsonschema.validators.validator_for(spec.parameters)
-            cls.check_schema(spec.parameters)
-            validator = cls(spec.parameters)
-        except jsonschema.SchemaError:
-            validator = None  # the tool's own schema is broken: let the tool decide
-        if len(_COMPILED) > 10_000:
-            _COMPILED.clear()
-        _COMPILED[key] = validator
-    if len(_VALIDATORS) > 10_000:
-        _VALIDATORS.clear()
-    _VALIDATORS[id(spec)] = (spec, validator)
-    return validator
-
-
-def _schema_error(spec: ToolSpec, args: Any) -> str | None:
-    validator = _validator(spec)
-    if validator is None:
-        return None
-    error = next(iter(validator.iter_errors(args)), None)
-    if error is None:
-        return None
-    where = "/".join(str(p) for p in error.absolute_path)
-    return error.message + (f" (at '{where}')" if where else "")
 
 
 @dataclass
@@ -148,9 +108,17 @@ async def _run_call(
             f"position {exc.pos}). Send a JSON object matching the tool's parameters.",
             "invalid_json",
         )
+    except (ValueError, RecursionError) as exc:  # integers over 4,300 digits, deep nesting
+        return done(
+            f"Error: the arguments of '{call.name}' cannot be decoded ({type(exc).__name__}: "
+            f"{str(exc)[:200]}). Send a JSON object matching the tool's parameters.",
+            "invalid_json",
+        )
     if not isinstance(args, dict):
         return done(f"Error: the arguments of '{call.name}' must be a JSON object.", "schema_error")
-    problem = _schema_error(spec, args) if spec is not None and policy.check_arguments else None
+    problem = None
+    if spec is not None and policy.check_arguments:
+        problem = await schema_error(spec, args, limits.tool_timeout_s)
     if problem:
         return done(f"Error: invalid arguments for '{call.name}': {problem}", "schema_error")
     try:
@@ -177,7 +145,7 @@ async def _maybe_await(value: Awaitable[None] | None) -> None:
 
 
 async def run_episode(
-    model: ChatModel,
+    model: Model,
     env: Environment,
     messages: list[dict[str, Any]],
     *,
@@ -192,20 +160,20 @@ async def run_episode(
     """Run one episode from ``messages``; return its trajectory (never raises for tool or
     model failures: they end up in the trajectory).
 
-    Pass ``trajectory`` to continue one (multi-turn evaluation: append the next user message
-    to ``trajectory.messages`` and call again); its counters keep adding up.
+    Pass ``trajectory`` to continue one (multi-turn evaluation: pass the next user message
+    as ``messages`` and call again); its counters keep adding up. ``tools`` (default: the
+    environment's) may differ from one call to the next: the trajectory records the change
+    at the first message of the call (``Trajectory.tool_changes``).
     """
     limits = limits or EpisodeLimits()
     policy = policy or CallPolicy()
     t_start = time.monotonic()
     specs = tools if tools is not None else await env.list_tools()
     by_name = {t.name: t for t in specs}
-    traj = trajectory or Trajectory(tools=[t.to_openai() for t in specs])
-    if trajectory is None:
-        traj.messages = [dict(m) for m in messages]
-    else:
-        traj.messages.extend(dict(m) for m in messages)
     schemas = [t.to_openai() for t in specs]
+    traj = trajectory if trajectory is not None else Trajectory()
+    traj.offer_tools(schemas)
+    traj.messages.extend(dict(m) for m in messages)
     traj.model = traj.model or model.name
     steps = 0
     while True:
@@ -224,6 +192,7 @@ async def run_episode(
             _end(traj, "max_time", f"{limits.max_time_s:g} s (waiting for the model)")
             break
         except ServerError as exc:
+            traj.model_failure = exc.kind if isinstance(exc, EndpointError) else "other"
             _end(traj, "model_error", str(exc))
             break
         finally:
@@ -297,6 +266,8 @@ async def _run_calls(
             await _maybe_await(on_result(call, out.result))
 
 
-def _end(traj: Trajectory, reason: Any, detail: str = "") -> None:
+def _end(traj: Trajectory, reason: Termination, detail: str = "") -> None:
+    if reason != "model_error":
+        traj.model_failure = None  # a continued trajectory ended otherwise this time
     traj.termination = reason
     traj.termination_detail = detail

@@ -9,7 +9,14 @@
 * ``<tool_call>{…}</tool_call>`` blocks that the server's parser left in ``content`` or in the
   reasoning are recovered as calls (a malformed one becomes a call whose arguments fail to
   parse, so the model is told) and counted, never silently lost;
-* retries with exponential backoff on 429, 5xx and connection errors; a request timeout.
+* retries with exponential backoff on 429, 5xx and dropped connections; a refused connection
+  is retried for about a second, then reported with what to do; the start-up check
+  (``check_model``, also run by ``async with``) has a short timeout of its own, so that a port
+  that accepts connections but never answers fails in seconds, not after ``request_timeout_s``
+  times the retries. Failures are :class:`EndpointError` with a ``kind`` to branch on.
+
+:class:`Model` is what the episode loop needs of a model; :class:`ChatModel` implements it for
+an HTTP endpoint, and a token-level policy (RL rollouts) implements the same protocol.
 """
 
 from __future__ import annotations
@@ -21,13 +28,14 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.errors import ConfigError, ServerError
+from astra_agent.trajectory import FailureKind
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +58,14 @@ class ModelConfig(BaseModel):
     min_p: float | None = 0.0
     max_tokens: int | None = Field(None, ge=1)
     request_timeout_s: float = Field(600.0, gt=0)
+    probe_timeout_s: float = Field(
+        10.0, gt=0, description="timeout of the start-up check (`check_model`), not retried"
+    )
     max_retries: int = Field(4, ge=0)
     retry_backoff_s: float = Field(0.5, ge=0)
+    connect_retry_s: float = Field(
+        1.0, ge=0, description="how long a refused connection is retried before giving up"
+    )
     extra_body: dict[str, Any] = Field(default_factory=dict)
     reasoning_field: Literal["both", "reasoning", "reasoning_content"] = "both"
     recover_calls: bool = Field(
@@ -106,6 +120,65 @@ class ModelTurn:
         if self.tool_calls:
             msg["tool_calls"] = [c.to_message() for c in self.tool_calls]
         return msg
+
+
+DeltaHook = Callable[[str, str], None]
+
+
+@runtime_checkable
+class Model(Protocol):
+    """What :func:`~astra_agent.episode.run_episode` needs of a model, and all it uses.
+
+    ``complete`` takes the episode's OpenAI-format messages and tool schemas and returns one
+    assistant turn; ``on_delta(kind, text)``, when given, receives pieces of ``"reasoning"``
+    and ``"content"`` as they are produced (an implementation that cannot stream may ignore
+    it). A failure that should end the episode as ``model_error`` is raised as
+    :class:`~astra_agent.errors.ServerError` (an :class:`EndpointError` carries its ``kind``);
+    anything else propagates. ``name`` is recorded in the trajectory (empty until known).
+    Extra per-turn data (token ids, log-probs of a token-level policy) rides on
+    ``ModelTurn.raw``. Subclass this protocol to inherit ``async with`` (enter: nothing,
+    exit: ``close``).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        on_delta: DeltaHook | None = None,
+    ) -> ModelTurn: ...
+
+    async def close(self) -> None:
+        """Release connections and processes. Safe to call twice."""
+        ...
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class EndpointError(ServerError):
+    """A call to the model's endpoint failed (after its retries). ``kind`` says how —
+    ``unreachable`` (refused, no route), ``timeout``, ``dropped`` (closed mid-request),
+    ``status`` (an HTTP error: ``status_code``), ``other`` — for code that must branch on it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: FailureKind,
+        url: str,
+        status_code: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.kind: FailureKind = kind
+        self.url = url
+        self.status_code = status_code
 
 
 def _new_id() -> str:
@@ -175,18 +248,12 @@ def prepare_messages(
     return out
 
 
-def _retryable(exc: Exception) -> bool:
-    import openai
+class ChatModel(Model):
+    """Async client for an OpenAI-compatible chat endpoint (vLLM first).
 
-    if isinstance(exc, openai.APIConnectionError | openai.APITimeoutError):
-        return True
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code == 429 or exc.status_code >= 500
-    return False
-
-
-class ChatModel:
-    """Async client for an OpenAI-compatible chat endpoint (vLLM first)."""
+    Use it as ``async with ChatModel(cfg) as model:`` — entering checks the endpoint
+    (:meth:`check_model`), leaving closes its HTTP session — or call :meth:`close` yourself.
+    """
 
     def __init__(self, config: ModelConfig | None = None, **overrides: Any) -> None:
         import openai
@@ -208,40 +275,100 @@ class ChatModel:
         """The model's name once known (configured, or the first one the endpoint lists)."""
         return self._model or ""
 
+    @property
+    def closed(self) -> bool:
+        return self._client.is_closed()
+
+    async def _served(self) -> list[str]:
+        """The ids the endpoint serves; a short timeout (``probe_timeout_s``), not retried."""
+        timeout = self.config.probe_timeout_s
+        models = await self._with_retries(
+            lambda: self._client.models.list(timeout=timeout), probe=True
+        )
+        return [m.id for m in models.data]
+
     async def model_name(self) -> str:
         if self._model is None:
-            models = await self._with_retries(self._client.models.list)
-            ids = [m.id for m in models.data]
-            if not ids:
-                raise ServerError(f"{self.config.base_url} serves no model")
-            self._model = ids[0]
+            self._adopt(await self._served())
+        assert self._model is not None
         return self._model
 
+    def _adopt(self, ids: list[str]) -> None:
+        """No model configured: take the first one served."""
+        if not ids:
+            raise ServerError(f"{self.config.base_url} serves no model")
+        self._model = ids[0]
+
     async def check_model(self) -> str:
-        """Fail early (ConfigError) if the configured model is not served."""
-        models = await self._with_retries(self._client.models.list)
-        ids = [m.id for m in models.data]
+        """Fail early if the endpoint does not answer (:class:`EndpointError`, in seconds) or
+        does not serve the configured model (:class:`ConfigError`); return the model's name."""
+        ids = await self._served()
         if self._model is not None and self._model not in ids:
             raise ConfigError(
                 f"model {self._model!r} is not served at {self.config.base_url}; "
                 f"served: {', '.join(ids) or 'none'}"
             )
+        if self._model is None:
+            self._adopt(ids)
         return await self.model_name()
 
-    async def _with_retries(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    async def __aenter__(self) -> Self:
+        try:
+            await self.check_model()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def _with_retries(self, call: Callable[[], Awaitable[Any]], probe: bool = False) -> Any:
         import openai
 
-        attempt = 0
+        attempt, t0 = 0, time.monotonic()
         while True:
             try:
-                return await fn(*args, **kwargs)
+                return await call()
             except openai.APIError as exc:
-                if not _retryable(exc) or attempt >= self.config.max_retries:
-                    raise ServerError(f"{self.config.base_url}: {_describe(exc)}") from exc
-                delay = self.config.retry_backoff_s * 2**attempt * (0.5 + random.random())
+                kind = failure_kind(exc)
+                delay = self._retry_delay(exc, kind, attempt, time.monotonic() - t0, probe)
+                if delay is None:
+                    raise self._error(exc, kind, probe) from exc
                 log.warning("%s; retry %d in %.1f s", _describe(exc), attempt + 1, delay)
                 attempt += 1
                 await asyncio.sleep(delay)
+
+    def _retry_delay(
+        self, exc: Exception, kind: FailureKind, attempt: int, elapsed: float, probe: bool
+    ) -> float | None:
+        """Seconds before the next try, or None to give up. A refused connection is retried
+        for ``connect_retry_s`` only; the start-up check's timeout is not retried."""
+        c = self.config
+        if attempt >= c.max_retries:
+            return None
+        if kind == "unreachable":
+            step = c.connect_retry_s / 4
+            return step if elapsed + step <= c.connect_retry_s else None
+        if kind == "status":
+            code = getattr(exc, "status_code", 0)
+            if not (code == 429 or code >= 500):
+                return None
+        elif kind == "other" or (kind == "timeout" and probe):
+            return None
+        return float(c.retry_backoff_s * 2**attempt * (0.5 + random.random()))
+
+    def _error(self, exc: Exception, kind: FailureKind, probe: bool) -> EndpointError:
+        url = self.config.base_url
+        hint = None
+        what = _describe(exc)
+        if kind == "unreachable":
+            hint = f"is a server running at {url}? start one with `astra-serve up`"
+        elif kind == "timeout" and probe:
+            what = f"request timed out: no answer within {self.config.probe_timeout_s:g} s"
+            hint = (
+                f"something accepts connections at {url} but does not answer: is the server "
+                "still starting, or is another program listening there?"
+            )
+        code = getattr(exc, "status_code", None) if kind == "status" else None
+        return EndpointError(f"{url}: {what}", kind=kind, url=url, status_code=code, hint=hint)
 
     def _body(
         self,
@@ -292,11 +419,11 @@ class ChatModel:
         # message and tool schema through the SDK's typed-dict transform, which is a no-op for
         # plain JSON but cost more CPU than the rest of a request (bench/bfcl_harness.py).
         post = self._client.post
-        kwargs = {"cast_to": ChatCompletion, "body": body, "stream": stream}
+        kwargs: dict[str, Any] = {"cast_to": ChatCompletion, "body": body, "stream": stream}
         if stream:
             kwargs["stream_cls"] = AsyncStream[ChatCompletionChunk]
         t0 = time.monotonic()
-        r = await self._with_retries(post, "/chat/completions", **kwargs)
+        r = await self._with_retries(lambda: post("/chat/completions", **kwargs))
         if stream:
             assert on_delta is not None
             turn = await _collect_stream(r, on_delta)
@@ -324,9 +451,6 @@ class ChatModel:
 
     async def close(self) -> None:
         await self._client.close()
-
-
-DeltaHook = Callable[[str, str], None]
 
 
 async def _collect_stream(stream: Any, on_delta: DeltaHook) -> ModelTurn:
@@ -389,18 +513,35 @@ def _root_cause(exc: BaseException) -> BaseException:
     return seen
 
 
+def failure_kind(exc: BaseException) -> FailureKind:
+    """How a call to the endpoint failed, from the exception's type and its root cause."""
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        return "status"
+    if not isinstance(exc, openai.APIConnectionError):
+        return "other"
+    root = _root_cause(exc)
+    if isinstance(root, TimeoutError) or (root is exc and isinstance(exc, openai.APITimeoutError)):
+        return "timeout"
+    if isinstance(root, ConnectionResetError | ConnectionAbortedError | BrokenPipeError):
+        return "dropped"
+    if isinstance(root, OSError) or root is exc:
+        return "unreachable"
+    return "dropped"
+
+
 def _describe(exc: Exception) -> str:
     import openai
 
-    if isinstance(exc, openai.APIConnectionError):
-        root = _root_cause(exc)
-        if isinstance(root, TimeoutError) or (
-            root is exc and isinstance(exc, openai.APITimeoutError)
-        ):
-            return "request timed out"
-        if isinstance(root, OSError) or root is exc:
-            return f"cannot connect ({root})"
-        return f"connection failed ({type(root).__name__}: {root})"
+    kind = failure_kind(exc)
+    if kind == "timeout":
+        return "request timed out"
     if isinstance(exc, openai.APIStatusError):
         return f"HTTP {exc.status_code}: {str(exc.message)[:300]}"
+    if kind in ("unreachable", "dropped"):
+        root = _root_cause(exc)
+        if kind == "unreachable":
+            return f"cannot connect ({root})"
+        return f"connection failed ({type(root).__name__}: {root})"
     return str(exc)[:300]

@@ -4,6 +4,13 @@
 ``reasoning_content`` (the field Qwen3's chat template reads) and their calls in ``tool_calls``
 with JSON-string arguments; ``tools`` are the OpenAI function schemas that were offered. So
 ``tokenizer.apply_chat_template(record["messages"], tools=record["tools"])`` renders a record.
+
+``tools`` is the *first* offer. When a later call of the loop on the same trajectory offers a
+different set (BFCL's ``miss_func`` adds held-out functions at a later turn), ``tool_changes``
+records it: from message ``at_message`` on, the tools in ``removed`` were no longer offered and
+those in ``added`` were (their schemas in ``schemas``). :meth:`Trajectory.tools_at` gives the
+offer in force for any message, e.g. the ``tools=`` with which the prompt of that message's
+model call renders; ``tools_at(len(messages))`` is the last offer.
 """
 
 from __future__ import annotations
@@ -29,7 +36,10 @@ Termination = Literal[
     "empty_reply",
     "model_error",  # the endpoint failed after retries
     "undecodable",  # a call's arguments were not a JSON object (CallPolicy.end_on_undecodable)
+    "error",  # the episode could not run (an evaluation records the cause)
 ]
+# How the model call failed when termination is "model_error" (EndpointError.kind).
+FailureKind = Literal["unreachable", "timeout", "dropped", "status", "other"]
 CallStatus = Literal["ok", "tool_error", "invalid_json", "unknown_tool", "schema_error", "timeout"]
 
 
@@ -62,6 +72,34 @@ class Timings(BaseModel):
     tools_s: float = 0.0
 
 
+class ToolChange(BaseModel):
+    """The tools offered changed at ``messages[at_message]`` (a tool whose schema changed is
+    both removed and added)."""
+
+    at_message: int
+    added: list[str] = Field(default_factory=list)
+    removed: list[str] = Field(default_factory=list)
+    schemas: list[dict[str, Any]] = Field(default_factory=list)  # of ``added``, in order
+
+
+def _tool_name(schema: dict[str, Any]) -> str:
+    return str(schema.get("function", schema).get("name", ""))
+
+
+def tool_change(
+    before: list[dict[str, Any]], after: list[dict[str, Any]], at_message: int
+) -> ToolChange | None:
+    """What changed from one offer to the next (None: nothing)."""
+    old = {_tool_name(t): t for t in before}
+    new = {_tool_name(t): t for t in after}
+    removed = [n for n, t in old.items() if new.get(n) != t]
+    added = [t for n, t in new.items() if old.get(n) != t]
+    if not removed and not added:
+        return None
+    names = [_tool_name(t) for t in added]
+    return ToolChange(at_message=at_message, added=names, removed=removed, schemas=added)
+
+
 class Trajectory(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -75,6 +113,8 @@ class Trajectory(BaseModel):
     timings: Timings = Field(default_factory=Timings)
     termination: Termination = "stop"
     termination_detail: str = ""
+    model_failure: FailureKind | None = None  # how the model call failed (model_error)
+    tool_changes: list[ToolChange] = Field(default_factory=list)
     events: list[CallEvent] = Field(default_factory=list)
     recovered_calls: int = 0
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -85,6 +125,28 @@ class Trajectory(BaseModel):
             if m.get("role") == "assistant" and not m.get("tool_calls"):
                 return m.get("content") or ""
         return ""
+
+    def tools_at(self, message_index: int) -> list[dict[str, Any]]:
+        """The tools offered when ``messages[message_index]`` was reached: the first offer,
+        with every change at or before that index applied (added tools last, in order)."""
+        offer = list(self.tools)
+        for change in self.tool_changes:
+            if change.at_message > message_index:
+                break
+            gone = set(change.removed)
+            offer = [t for t in offer if _tool_name(t) not in gone] + list(change.schemas)
+        return offer
+
+    def offer_tools(self, schemas: list[dict[str, Any]]) -> None:
+        """Record ``schemas`` as the offer from the next message on: the first offer of an
+        empty trajectory, else a :class:`ToolChange` if it differs from the offer in force."""
+        if not self.messages and not self.tools and not self.tool_changes:
+            self.tools = list(schemas)
+            return
+        at = len(self.messages)
+        change = tool_change(self.tools_at(at), schemas, at)
+        if change is not None:
+            self.tool_changes.append(change)
 
     def counts(self) -> dict[str, int]:
         """Tool-call events by status, plus recoveries."""

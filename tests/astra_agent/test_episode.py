@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from astra_agent.environment import ToolResult, ToolSpec
+from astra_agent.environment import Environment, ResetUnsupportedError, ToolResult, ToolSpec
 from astra_agent.episode import CallPolicy, EpisodeLimits, run_episode, truncate_middle
 from astra_agent.function_env import FunctionEnvironment
 from astra_agent.model import ChatModel, ModelConfig, recover_tool_calls
@@ -131,6 +131,8 @@ async def test_sequential_mode_really_is_sequential(server: ScriptedServer) -> N
     "call,status,needle",
     [
         (("add", '{"a": 1,'), "invalid_json", "not valid JSON"),
+        (("add", '{"a": ' + "9" * 5000 + "}"), "invalid_json", "cannot be decoded (ValueError"),
+        (("add", "[" * 100_000 + "]" * 100_000), "invalid_json", "cannot be decoded"),
         (("nope", "{}"), "unknown_tool", "unknown tool 'nope'. Available tools: add, boom"),
         (("add", '{"a": "x", "b": 1}'), "schema_error", "'x' is not of type 'integer'"),
         (("add", '{"a": 1}'), "schema_error", "'b' is a required property"),
@@ -207,6 +209,7 @@ async def test_request_timeout_ends_with_model_error(server: ScriptedServer) -> 
 async def test_client_errors_are_not_retried(server: ScriptedServer) -> None:
     traj = await episode(server, [Reply(status=400)])
     assert traj.termination == "model_error" and "HTTP 400" in traj.termination_detail
+    assert traj.model_failure == "status"
     assert len(server.requests) == 1
 
 
@@ -248,7 +251,7 @@ async def test_no_output_limit_keeps_results_whole(server: ScriptedServer) -> No
     assert len(out) == 100000 and not traj.events[0].truncated
 
 
-class Recorder:
+class Recorder(Environment):
     """An environment that runs whatever reaches it, and remembers what did."""
 
     def __init__(self) -> None:
@@ -317,20 +320,21 @@ async def test_connection_failures_are_told_apart() -> None:
     servers = [await asyncio.start_server(h, "127.0.0.1", 0) for h in (silent, drop)]
     ports = [srv.sockets[0].getsockname()[1] for srv in servers]
     cases = [
-        (9, "cannot connect"),
-        (ports[0], "request timed out"),
-        (ports[1], "connection failed"),
+        (9, "cannot connect", "unreachable"),
+        (ports[0], "request timed out", "timeout"),
+        (ports[1], "connection failed", "dropped"),
     ]
     try:
-        for port, words in cases:
+        for port, words, kind in cases:
             cfg = ModelConfig(
                 base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=0,
                 request_timeout_s=0.5,
             )  # fmt: skip
             model = ChatModel(cfg)
             try:
-                with pytest.raises(ServerError, match=words):
+                with pytest.raises(ServerError, match=words) as info:
                     await model.complete([{"role": "user", "content": "hi"}])
+                assert getattr(info.value, "kind", None) == kind  # typed, for control flow
             finally:
                 await model.close()
     finally:
@@ -417,7 +421,7 @@ async def test_trajectory_jsonl_round_trip_and_renders_with_chat_template(
     assert len(back) == 2 and back[0] == traj
     record = json.loads(path.read_text().splitlines()[0])
     tok = AutoTokenizer.from_pretrained(tiny_fp32)
-    text = tok.apply_chat_template(record["messages"], tools=record["tools"], tokenize=False)
+    text = str(tok.apply_chat_template(record["messages"], tools=record["tools"], tokenize=False))
     assert '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>' in text
     assert '<tool_response>\n{"sum": 5}\n</tool_response>' in text
     assert "<think>\nplan\n</think>" in text and "final thoughts" in text
@@ -473,3 +477,59 @@ def test_drop_torn_tail_lets_the_next_append_start_clean(tmp_path: Path) -> None
     append_jsonl(path, {"c": 3})
     assert [json.loads(x) for x in path.read_text().splitlines()] == [{"a": 1}, {"c": 3}]
     assert drop_torn_tail(path) == 0
+
+
+class Minimal(Environment):
+    """An environment that subclasses the protocol and implements only what it must."""
+
+    closed = False
+
+    async def list_tools(self) -> list[ToolSpec]:
+        return [spec("add")]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        return ToolResult("ran")
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_environments_are_async_context_managers_that_close() -> None:
+    async with Minimal() as env:
+        assert isinstance(env, Environment) and not env.closed
+    assert env.closed
+    async with make_env() as fenv:
+        assert isinstance(fenv, Environment)
+        assert (await fenv.call_tool("add", {"a": 1, "b": 2})).structured == {"sum": 3}
+
+
+async def test_reset_is_part_of_the_protocol_and_says_when_it_cannot() -> None:
+    with pytest.raises(ResetUnsupportedError, match="Minimal cannot reset"):
+        await Minimal().reset()
+    with pytest.raises(ResetUnsupportedError, match="no reset function"):
+        await make_env().reset()
+
+    class Partial:  # the three methods the protocol had before reset and async with
+        list_tools = Minimal.list_tools
+        call_tool = Minimal.call_tool
+        close = Minimal.close
+
+    assert not isinstance(Partial(), Environment)
+
+
+async def test_function_environment_reset_restores_the_tools_state() -> None:
+    counter = {"n": 0}
+
+    def bump() -> int:
+        counter["n"] += 1
+        return counter["n"]
+
+    async def restore() -> None:
+        counter["n"] = 0
+
+    env = FunctionEnvironment([(spec("bump"), bump)], reset=restore)
+    assert (await env.call_tool("bump", {})).text == "1"
+    assert (await env.call_tool("bump", {})).text == "2"
+    await env.reset()
+    assert (await env.call_tool("bump", {})).text == "1"
+    assert [t.name for t in await env.list_tools()] == ["bump"]  # tools unchanged

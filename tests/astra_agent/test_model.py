@@ -1,0 +1,235 @@
+"""The model client's lifecycle and failures (real sockets on loopback), and the Model protocol
+the episode loop is typed to."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import socket
+import time
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from astra_agent.environment import ToolSpec
+from astra_agent.episode import run_episode
+from astra_agent.errors import ConfigError, ServerError
+from astra_agent.function_env import FunctionEnvironment
+from astra_agent.model import (
+    ChatModel,
+    DeltaHook,
+    EndpointError,
+    Model,
+    ModelConfig,
+    ModelTurn,
+    ToolCall,
+)
+from astra_agent.testing.scripted_server import Reply, ScriptedServer
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    with ScriptedServer([Reply(content="hello")]) as srv:
+        yield srv
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def mute_port() -> Iterator[int]:
+    """A port that accepts TCP connections (the kernel's backlog) and never answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        yield int(s.getsockname()[1])
+
+
+def env() -> FunctionEnvironment:
+    return FunctionEnvironment([(ToolSpec("add"), lambda: "2")])
+
+
+# ------------------------------------------------------------------ connection failures
+
+
+@pytest.mark.parametrize("configured", [False, True])
+async def test_refused_connection_says_what_to_do_after_a_short_retry(configured: bool) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    model = ChatModel(ModelConfig(base_url=url, model="m" if configured else None))
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(EndpointError) as info:
+            if configured:  # no start-up check: the first request finds out
+                await model.complete(HI)
+            else:
+                await model.check_model()
+    finally:
+        await model.close()
+    elapsed = time.monotonic() - t0
+    assert 0.5 < elapsed < 3, elapsed  # retried for ≈1 s (was ≈8 s of backoff)
+    assert info.value.kind == "unreachable"
+    assert "cannot connect" in info.value.message
+    assert info.value.hint == f"is a server running at {url}? start one with `astra-serve up`"
+
+
+async def test_refused_connection_is_not_retried_without_retries() -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    model = ChatModel(ModelConfig(base_url=url, max_retries=0))
+    t0 = time.monotonic()
+    with pytest.raises(EndpointError, match="cannot connect"):
+        await model.check_model()
+    await model.close()
+    assert time.monotonic() - t0 < 0.5
+
+
+async def test_mute_server_fails_the_start_up_check_in_seconds(mute_port: int) -> None:
+    url = f"http://127.0.0.1:{mute_port}/v1"
+    # request_timeout_s × retries would be 50 minutes: the check has its own short timeout.
+    cfg = ModelConfig(base_url=url, request_timeout_s=600, max_retries=4, probe_timeout_s=1)
+    model = ChatModel(cfg)
+    t0 = time.monotonic()
+    try:
+        async with asyncio.timeout(30):  # bound the test itself, whatever the client does
+            with pytest.raises(EndpointError) as info:
+                await model.check_model()
+    finally:
+        await model.close()
+    assert time.monotonic() - t0 < 15
+    assert info.value.kind == "timeout"
+    assert "no answer within 1 s" in info.value.message
+    assert f"accepts connections at {url} but does not answer" in (info.value.hint or "")
+
+
+async def test_mute_server_fails_async_with_too(mute_port: int) -> None:
+    cfg = ModelConfig(base_url=f"http://127.0.0.1:{mute_port}/v1", probe_timeout_s=0.5)
+    model = ChatModel(cfg)
+    t0 = time.monotonic()
+    async with asyncio.timeout(30):
+        with pytest.raises(EndpointError, match="request timed out"):
+            async with model:
+                pytest.fail("entered")
+    assert time.monotonic() - t0 < 15
+    assert model.closed  # a failed enter releases the session
+
+
+async def test_http_errors_carry_their_status_code(server: ScriptedServer) -> None:
+    server.set_script([Reply(status=400)])
+    model = ChatModel(ModelConfig(base_url=server.base_url, model="scripted"))
+    with pytest.raises(EndpointError) as info:
+        await model.complete(HI)
+    await model.close()
+    assert (info.value.kind, info.value.status_code) == ("status", 400)
+    assert isinstance(info.value, ServerError)  # what the loop and the CLIs catch
+
+
+# ------------------------------------------------------------------ async with
+
+
+async def test_async_with_checks_the_endpoint_and_closes_the_session(
+    server: ScriptedServer,
+) -> None:
+    async with ChatModel(ModelConfig(base_url=server.base_url)) as model:
+        assert model.name == "scripted"  # resolved on entry
+        traj = await run_episode(model, env(), HI)
+        assert not model.closed
+    assert model.closed and traj.final_answer == "hello"
+
+
+async def test_async_with_a_model_not_served_fails_and_closes(server: ScriptedServer) -> None:
+    model = ChatModel(ModelConfig(base_url=server.base_url, model="gpt-nope"))
+    with pytest.raises(ConfigError, match="not served"):
+        async with model:
+            pytest.fail("entered")
+    assert model.closed
+
+
+def _resource_warnings(run: Any) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(run())
+        gc.collect()
+    return [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+def test_the_old_library_snippet_leaks_the_session_async_with_does_not(
+    server: ScriptedServer,
+) -> None:
+    cfg = ModelConfig(base_url=server.base_url, model="scripted")
+
+    async def old_form() -> None:  # the README's snippet before: nothing closes the model
+        await run_episode(ChatModel(cfg), env(), HI)
+
+    async def new_form() -> None:
+        async with ChatModel(cfg) as model:
+            await run_episode(model, env(), HI)
+
+    assert any("Unclosed client session" in w for w in _resource_warnings(old_form))
+    assert not any("Unclosed client session" in w for w in _resource_warnings(new_form))
+
+
+# ------------------------------------------------------------------ the Model protocol
+
+
+class ListPolicy(Model):
+    """A model that is not an HTTP client (as a token-level RL policy is not): turns from a
+    list. It subclasses the protocol for ``async with``."""
+
+    def __init__(self, turns: list[ModelTurn | Exception]) -> None:
+        self.turns = turns
+        self.seen: list[tuple[int, list[str]]] = []
+        self.closed = False
+
+    @property
+    def name(self) -> str:
+        return "list-policy"
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        on_delta: DeltaHook | None = None,
+    ) -> ModelTurn:
+        self.seen.append((len(messages), [t["function"]["name"] for t in tools or []]))
+        turn = self.turns.pop(0)
+        if isinstance(turn, Exception):
+            raise turn
+        return turn
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def _turn(content: str = "", calls: list[ToolCall] | None = None) -> ModelTurn:
+    return ModelTurn(content, "", calls or [], "tool_calls" if calls else "stop", 3, 2)
+
+
+async def test_the_loop_runs_any_model_of_the_protocol() -> None:
+    policy = ListPolicy([_turn(calls=[ToolCall("c1", "add", "{}")]), _turn("two")])
+    assert isinstance(policy, Model) and isinstance(ChatModel(ModelConfig()), Model)
+    async with policy:
+        traj = await run_episode(policy, env(), HI)
+    assert policy.closed
+    assert traj.model == "list-policy" and traj.final_answer == "two"
+    assert policy.seen == [(1, ["add"]), (3, ["add"])]
+    assert [m["role"] for m in traj.messages] == ["user", "assistant", "tool", "assistant"]
+    assert traj.usage.prompt_tokens == 6 and traj.usage.completion_tokens == 4
+
+
+@pytest.mark.parametrize(
+    "exc,kind",
+    [
+        (ServerError("policy died"), "other"),
+        (EndpointError("gone", kind="unreachable", url="u"), "unreachable"),
+    ],
+)
+async def test_a_model_failure_ends_the_episode_with_its_kind(exc: ServerError, kind: str) -> None:
+    traj = await run_episode(ListPolicy([exc]), env(), HI)
+    assert traj.termination == "model_error" and traj.model_failure == kind
+    assert str(exc) in traj.termination_detail
