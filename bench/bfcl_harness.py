@@ -9,7 +9,12 @@ OpenAI-compatible chat endpoint. Then, in the same run:
     option), from a separate virtualenv holding `bfcl-eval==2026.3.23` with all its pins.
 Target: identical scores, ours at least 5x faster.
 
-    .venv/bin/python bench/bfcl_harness.py [--categories base,...]
+    .venv/bin/python bench/bfcl_harness.py [--categories base,...] [--limit N]
+
+``--limit N`` runs the first N entries of each category on both sides (the official side
+through its id file, ``--run-ids``, scored with ``--partial-eval``): a quick check, not the
+figure. Every path reaches the official CLI absolute: it resolves relative ones under
+``BFCL_PROJECT_ROOT`` (which would nest the results in a copy of the path).
 
 The official virtualenv is `make setup`'s .venv-bfcl (scripts/setup-bfcl.sh: torch 2.13.0
 first, so that its sentence-transformers dependency does not pull a CUDA build).
@@ -68,7 +73,11 @@ def official_venv(path: Path) -> Path:
     return bfcl
 
 
-def run_official(bfcl: Path, category: str, base_url: str, work: Path, threads: int) -> tuple:
+def run_official(
+    bfcl: Path, category: str, base_url: str, work: Path, threads: int, limit: int | None
+) -> tuple:
+    work = work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
         "OPENAI_BASE_URL": base_url,
@@ -76,6 +85,11 @@ def run_official(bfcl: Path, category: str, base_url: str, work: Path, threads: 
         "BFCL_PROJECT_ROOT": str(work),
     }
     cat = f"multi_turn_{category}"
+    select = ["--test-category", cat]
+    if limit:  # the official way to run some entries only: its id file
+        ids = [e.id for e in load_category(category)[:limit]]
+        (work / "test_case_ids_to_generate.json").write_text(json.dumps({cat: ids}))
+        select = ["--run-ids"]
     t0 = time.perf_counter()
     subprocess.run(
         [
@@ -83,8 +97,7 @@ def run_official(bfcl: Path, category: str, base_url: str, work: Path, threads: 
             "generate",
             "--model",
             OFFICIAL_FC_MODEL,
-            "--test-category",
-            cat,
+            *select,
             "--num-threads",
             str(threads),
             "--result-dir",
@@ -108,6 +121,7 @@ def run_official(bfcl: Path, category: str, base_url: str, work: Path, threads: 
             str(work / "result"),
             "--score-dir",
             str(work / "score"),
+            *(["--partial-eval"] if limit else []),
         ],
         env=env,
         check=True,
@@ -119,7 +133,9 @@ def run_official(bfcl: Path, category: str, base_url: str, work: Path, threads: 
     return 100 * head["accuracy"], t1 - t0, t2 - t1
 
 
-def run_ours(category: str, base_url: str, work: Path, concurrency: int) -> tuple[float, float]:
+def run_ours(
+    category: str, base_url: str, work: Path, concurrency: int, limit: int | None
+) -> tuple[float, float]:
     """`astra-eval bfcl` as a user runs it: its own process, timed from start to exit."""
     cli = Path(sys.executable).parent / "astra-eval"
     t0 = time.perf_counter()
@@ -137,6 +153,7 @@ def run_ours(category: str, base_url: str, work: Path, concurrency: int) -> tupl
             str(concurrency),
             "--out",
             str(work),
+            *(["--limit", str(limit)] if limit else []),
         ],
         check=True,
         capture_output=True,
@@ -152,16 +169,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--workdir", type=Path, default=Path("bench/out/bfcl"))
     ap.add_argument("--official-venv", type=Path, default=Path(".venv-bfcl"))
+    ap.add_argument("--limit", type=int, default=None, help="first N entries per category")
     args = ap.parse_args()
-    bfcl = official_venv(args.official_venv)
-    shutil.rmtree(args.workdir, ignore_errors=True)
+    workdir = args.workdir.resolve()  # the official CLI resolves relative paths elsewhere
+    bfcl = official_venv(args.official_venv.resolve())
+    shutil.rmtree(workdir, ignore_errors=True)
     rows = []
     for category in args.categories.split(","):
-        entries = list(load_category(category))
+        entries = list(load_category(category))[: args.limit]
         with replay_server(category) as base_url:
-            ours = run_ours(category, base_url, args.workdir / "ours" / category, args.threads)
+            ours = run_ours(
+                category, base_url, workdir / "ours" / category, args.threads, args.limit
+            )
             official = run_official(
-                bfcl, category, base_url, args.workdir / "official", args.threads
+                bfcl, category, base_url, workdir / "official", args.threads, args.limit
             )
         rows.append((category, len(entries), *ours, *official))
     print(

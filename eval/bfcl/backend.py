@@ -1,20 +1,58 @@
-"""BFCL's stateful backends as an Environment: instances from ``initial_config``, calls
-dispatched to their methods with parsed arguments. Model output never reaches ``eval()``."""
+"""BFCL's stateful backends as an Environment: instances from ``initial_config``, calls run as
+the official executor runs them, with the same results and errors, but model output never
+reaches ``eval()``.
+
+The official executor builds a call string per call (``name(k=repr(v),...)``), prefixes every
+``identifier(`` that names a public backend method with the method's instance (even inside a
+string literal), refuses a few names, and ``eval``s the text in its module's namespace. Here
+the same text is rewritten the same way, parsed by Python's own parser (so identifiers are
+NFKC-normalised as ``eval`` sees them, and syntax errors read the same), and the expression
+is interpreted: calls of backend methods, literals, containers, unary operators, ``and``/``or``.
+So ``ｌｓ`` is ``ls``, which the official namespace does not hold (NameError), ``Class.method``
+fails on the class's name, and ``cd(folder='x')`` used as a name runs ``cd`` and then calls
+its result. Python beyond that subset (operators, builtins, modules of the evaluator's
+namespace) gets an error result saying so: the official evaluator would run it as Python.
+"""
 
 from __future__ import annotations
 
 import ast
+import asyncio
+import builtins
+import contextlib
 import copy
 import importlib
 import inspect
+import io
 import json
+import operator
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
-from astra_agent.environment import ToolResult, ToolSpec
+from astra_agent.environment import Environment, ToolResult, ToolSpec
 from eval.bfcl.official import Entry, openai_tools
 
 # What the official executor refuses by name (its wording is kept).
 BLOCKED = {"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"}
+# An identifier followed by "(": where the official executor inserts an instance name.
+CALLED_NAME = re.compile(r"\b([a-zA-Z_]\w*)\s*(?=\()")
+ERROR = "Error during execution: "
+# Builtins without side effects, run for real on plain values (print's output is dropped).
+_PURE_FUNCTIONS: tuple[Callable[..., Any], ...] = (abs, bool, dict, float, int, len, list)
+_PURE_FUNCTIONS += (max, min, print, repr, round, set, sorted, str, sum, tuple)
+_PURE = {f.__name__: f for f in _PURE_FUNCTIONS}
+_DICT_READS = {"get", "keys", "values", "items"}
+_PLAIN = (type(None), bool, int, float, complex, str, list, tuple, dict, set, frozenset)
+_UNARY: dict[type, Callable[[Any], Any]] = {
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Not: operator.not_,
+    ast.Invert: operator.invert,
+}
 
 
 def new_instances(entry: Entry) -> dict[str, Any]:
@@ -34,12 +72,158 @@ def new_instances(entry: Entry) -> dict[str, Any]:
 
 
 def method_table(instances: dict[str, Any]) -> dict[str, Any]:
+    """Public method name → bound method (a later class wins a shared name, as there)."""
     table = {}
     for instance in instances.values():
         for name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
             if not name.startswith("_"):
                 table[name] = method
     return table
+
+
+@cache
+def _official_globals() -> frozenset[str]:
+    """Names the official ``eval`` resolves besides instances: builtins, its module's names."""
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
+
+    own = {k for k in vars(multi_turn_utils) if not k.endswith("_instance")}
+    return frozenset(dir(builtins)) | own
+
+
+class Unsupported(Exception):
+    """Python that the official evaluator would ``eval`` but this executor does not run."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} is not supported by this harness (the official evaluator evaluates it "
+            "as Python)"
+        )
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """What the official ``eval`` sees of one side's instances: each under an instance name
+    (``{tag}_{class}_instance``), each public method mapped to its instance's name."""
+
+    instances: dict[str, Any]  # instance name → instance
+    methods: dict[str, str]  # public method name → instance name
+
+    @classmethod
+    def of(cls, instances: dict[str, Any], tag: str) -> Namespace:
+        named, methods = {}, {}
+        for cls_name, instance in instances.items():
+            key = re.sub(r"[-./:]", "_", f"{tag}_{cls_name}_instance")
+            named[key] = instance
+            for method in method_table({cls_name: instance}):
+                methods[method] = key
+        return cls(named, methods)
+
+    def rewrite(self, call: str) -> str:
+        """Each ``method(`` as ``instance.method(``, anywhere in the text, as there."""
+
+        def prefix(m: re.Match[str]) -> str:
+            name = m[1]
+            return f"{self.methods[name]}.{name}" if name in self.methods else name
+
+        return CALLED_NAME.sub(prefix, call)
+
+    def execute(self, call: str) -> str:
+        """One call string's result text, exactly as the official executor's."""
+        try:
+            text = self.rewrite(call)
+            head = text.split("(")[0]
+            if "." in head:
+                head = head.split(".")[1]
+            if head in BLOCKED:
+                raise Exception(f"Function call {head} is not allowed.")
+            source = text.lstrip(" \t")  # as eval() does with a string
+            tree = ast.parse(source, "<string>", "eval")
+            compile(tree, "<string>", "eval")  # the compiler's own syntax errors, as eval's
+            return format_result(self._eval(tree.body))
+        except Exception as exc:  # the official wording for any failure
+            return f"{ERROR}{exc}"
+
+    def _owned(self, value: Any) -> bool:
+        return any(value is i for i in self.instances.values())
+
+    def _eval(self, node: ast.expr) -> Any:
+        match node:
+            case ast.Constant(value=value):
+                return value
+            case ast.Name(id=name):
+                if name in self.instances:
+                    return self.instances[name]
+                if name in _PURE:
+                    return _PURE[name]
+                if name in _official_globals():
+                    raise Unsupported(f"the name {name!r}")
+                raise NameError(f"name '{name}' is not defined")
+            case ast.Attribute(value=value, attr=attr):
+                obj = self._eval(value)
+                if attr.startswith("__") or not (self._owned(obj) or _plain(obj)):
+                    raise Unsupported(f"the attribute {attr!r} of a {type(obj).__name__}")
+                return getattr(obj, attr)
+            case ast.Call():
+                return self._call(node)
+            case ast.List(elts=elts) | ast.Tuple(elts=elts) | ast.Set(elts=elts):
+                items = [self._eval(e) for e in self._plain(elts)]
+                kind = {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)]
+                return kind(items)
+            case ast.Dict(keys=keys, values=values):
+                if any(k is None for k in keys):
+                    raise Unsupported("'**' in a dict")
+                pairs = [(self._eval(k), self._eval(v)) for k, v in zip(keys, values, strict=True)]  # type: ignore[arg-type]
+                return dict(pairs)
+            case ast.UnaryOp(op=op, operand=operand):
+                return _UNARY[type(op)](self._eval(operand))
+            case ast.BoolOp(op=op, values=values):
+                result = None
+                for value in values:
+                    result = self._eval(value)
+                    if bool(result) == isinstance(op, ast.Or):
+                        break
+                return result
+        raise Unsupported(f"a {type(node).__name__} expression")
+
+    @staticmethod
+    def _plain(elts: list[ast.expr]) -> list[ast.expr]:
+        if any(isinstance(e, ast.Starred) for e in elts):
+            raise Unsupported("'*' unpacking")
+        return elts
+
+    def _call(self, node: ast.Call) -> Any:
+        fn = self._eval(node.func)
+        args = [self._eval(a) for a in self._plain(node.args)]
+        if any(k.arg is None for k in node.keywords):
+            raise Unsupported("'**' unpacking")
+        kwargs = {k.arg: self._eval(k.value) for k in node.keywords if k.arg is not None}
+        if not callable(fn):
+            raise TypeError(f"'{type(fn).__name__}' object is not callable")
+        if inspect.ismethod(fn) and self._owned(fn.__self__):
+            return fn(*args, **kwargs)
+        plain_args = all(map(_plain, [*args, *kwargs.values()]))
+        if type(getattr(fn, "__self__", None)) is dict and fn.__name__ in _DICT_READS:
+            return fn(*args, **kwargs) if plain_args else _unsupported(fn)
+        if any(fn is f for f in _PURE.values()) and plain_args:
+            if fn is print:
+                kwargs = {**kwargs, "file": io.StringIO()} if "file" not in kwargs else kwargs
+                if not isinstance(kwargs["file"], io.StringIO):
+                    raise Unsupported("print to a file")
+            return fn(*args, **kwargs)
+        return _unsupported(fn)
+
+
+def _unsupported(fn: Any) -> Any:
+    raise Unsupported(f"calling {getattr(fn, '__qualname__', type(fn).__name__)}")
+
+
+def _plain(value: Any) -> bool:
+    """Data only (no objects with behaviour of their own), to any depth."""
+    if type(value) in (list, tuple, set, frozenset):
+        return all(map(_plain, value))
+    if type(value) is dict:
+        return all(map(_plain, value)) and all(map(_plain, value.values()))
+    return type(value) in _PLAIN
 
 
 def format_result(value: Any) -> str:
@@ -54,21 +238,9 @@ def format_result(value: Any) -> str:
     return str(value)
 
 
-def invoke(table: dict[str, Any], name: str, args: list[Any], kwargs: dict[str, Any]) -> str:
-    """Run one call as the official executor would, minus ``eval``: same results, same errors."""
-    try:
-        if name in BLOCKED:
-            raise Exception(f"Function call {name} is not allowed.")
-        method = table.get(name)
-        if method is None:
-            raise NameError(f"name '{name}' is not defined")
-        return format_result(method(*args, **kwargs))
-    except Exception as exc:  # the official wording for any failure
-        return f"Error during execution: {exc}"
-
-
 def parse_call(text: str) -> tuple[str, list[Any], dict[str, Any]]:
-    """``"f(1, b='x')"`` → ("f", [1], {"b": "x"}) with literals only (ast, never eval)."""
+    """``"f(1, b='x')"`` → ("f", [1], {"b": "x"}) with literals only (ast, never eval): for
+    reading ground-truth calls."""
     node = ast.parse(text.strip(), mode="eval").body
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name | ast.Attribute):
         raise ValueError(f"not a function call: {text!r}")
@@ -78,17 +250,9 @@ def parse_call(text: str) -> tuple[str, list[Any], dict[str, Any]]:
     return name, args, kwargs
 
 
-def execute_calls(table: dict[str, Any], calls: list[str]) -> list[str]:
+def execute_calls(ns: Namespace, calls: list[str]) -> list[str]:
     """Execute call strings (ground truth or decoded model calls) in order."""
-    out = []
-    for call in calls:
-        try:
-            name, args, kwargs = parse_call(call)
-        except (SyntaxError, ValueError) as exc:
-            out.append(f"Error during execution: {exc}")
-            continue
-        out.append(invoke(table, name, args, kwargs))
-    return out
+    return [ns.execute(call) for call in calls]
 
 
 def call_string(name: str, arguments: dict[str, Any]) -> str:
@@ -96,38 +260,58 @@ def call_string(name: str, arguments: dict[str, Any]) -> str:
     return f"{name}({','.join(f'{k}={v!r}' for k, v in arguments.items())})"
 
 
-def decode_step(responses: Any) -> list[str] | None:
-    """One model step as the official function-calling harness decodes it: the step's calls
-    ``[{name: json_arguments}, ...]`` become ``["name(a=1)", ...]``. None when the step does not
-    decode — text, arguments that are not valid JSON or not an object — and the official
-    harness then drops the whole step, even calls of it that would decode."""
-    if not isinstance(responses, list):
-        return None
+def _decode_call(call: Any) -> list[str]:
+    if not isinstance(call, dict):
+        raise TypeError("a call is not an object")
     out = []
-    for call in responses:
-        if not isinstance(call, dict):
-            return None
-        for name, value in call.items():
-            if isinstance(value, str):
-                try:
-                    value = json.loads(value)
-                except json.JSONDecodeError:
-                    return None
-            if not isinstance(value, dict):
-                return None
-            out.append(call_string(name, value))
+    for name, value in call.items():
+        if type(value) is str:
+            value = json.loads(value)  # any failure: the step does not decode
+        if not isinstance(value, dict):
+            raise TypeError("arguments are not an object")
+        out.append(call_string(name, value))
     return out
 
 
-class BFCLEnvironment:
-    """One entry's backend instances, alive for the whole entry (all its turns)."""
+def decode_step(responses: Any) -> list[str] | None:
+    """One model step as the official function-calling decoder decodes it: the step's calls
+    ``[{name: json_arguments}, ...]`` (or one such object) become ``["name(a=1)", ...]``.
+    None when the step does not decode — text, arguments that are not valid JSON (including
+    JSON that ``json`` gives up on: integers over 4,300 digits, deep nesting) or not an
+    object — and the official harness then drops the whole step, even calls that decode."""
+    if isinstance(responses, dict):
+        responses = [responses]
+    if not isinstance(responses, list):
+        return None
+    try:
+        return [text for call in responses for text in _decode_call(call)]
+    except (TypeError, ValueError, RecursionError):
+        return None
 
-    def __init__(self, entry: Entry) -> None:
+
+class BFCLEnvironment(Environment):
+    """One entry's backend instances, alive for the whole entry (all its turns); ``reset()``
+    gives new ones from the entry's initial configuration, and the initial tools.
+
+    Each call runs in a worker thread, so the loop's tool timeout applies and a slow backend
+    does not stall other entries; one entry's calls still run one at a time, in call order
+    (each worker waits for the previous one), as the official executor runs them."""
+
+    def __init__(self, entry: Entry, tag: str = "astra") -> None:
         self.entry = entry
-        self.instances = new_instances(entry)
-        self._table = method_table(self.instances)
-        self._tools = [ToolSpec.from_openai(t) for t in openai_tools(entry)]
+        self._tag = f"{tag}_{entry.id}"
+        self._fresh()
+
+    def _fresh(self) -> None:
+        self.instances = new_instances(self.entry)
+        self.namespace = Namespace.of(self.instances, self._tag)
+        self._tools = [ToolSpec.from_openai(t) for t in openai_tools(self.entry)]
+        self._previous: threading.Event | None = None
         self.executed: list[str] = []  # every result, in order (the response check uses them)
+
+    async def reset(self) -> None:
+        """New instances (a call still running finishes on the old ones, unseen)."""
+        self._fresh()
 
     def add_tools(self, schemas: list[dict[str, Any]]) -> None:
         """A held-out function arrives (miss_func)."""
@@ -136,10 +320,39 @@ class BFCLEnvironment:
     async def list_tools(self) -> list[ToolSpec]:
         return list(self._tools)
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
-        text = invoke(self._table, name, [], arguments)
+    def _run(self, call: str) -> str:
+        text = self.namespace.execute(call)
         self.executed.append(text)
-        return ToolResult(text, is_error=text.startswith("Error during execution:"))
+        return text
+
+    def _in_thread(self, call: str) -> asyncio.Future[str]:
+        """Run the call on a daemon thread after the entry's previous call: a hung backend
+        blocks only its own entry, and never the interpreter's exit."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[str] = loop.create_future()
+        previous, done = self._previous, threading.Event()
+        self._previous = done
+
+        def settle(text: str) -> None:
+            if not future.done():
+                future.set_result(text)
+
+        def work() -> None:
+            try:
+                if previous is not None:
+                    previous.wait()
+                text = self._run(call)
+            finally:
+                done.set()
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for it
+                loop.call_soon_threadsafe(settle, text)
+
+        threading.Thread(target=work, name=f"bfcl-{self.entry.id}", daemon=True).start()
+        return future
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        text = await self._in_thread(call_string(name, arguments))
+        return ToolResult(text, is_error=text.startswith(ERROR))
 
     async def close(self) -> None:
         return None

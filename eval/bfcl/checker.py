@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.bfcl.backend import execute_calls, method_table, new_instances
+from eval.bfcl.backend import Namespace, execute_calls, new_instances
 from eval.bfcl.official import Entry
 
 
@@ -30,6 +30,25 @@ class TurnVerdict:
 
 def _public_state(instance: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(instance).items() if not k.startswith("_")}
+
+
+_MISSING = "<attribute missing>"
+
+
+def _state_differences(model: Any, truth: Any) -> dict[str, Any]:
+    """The ground truth's public attributes whose value differs in the model's instance (the
+    official check looks at the ground truth's attributes only)."""
+    mine = _public_state(model)
+    return {
+        k: {"model": _readable(mine.get(k, _MISSING)), "ground_truth": _readable(v)}
+        for k, v in _public_state(truth).items()
+        if k not in mine or mine[k] != v
+    }
+
+
+def _is_empty(steps: list[list[str]]) -> bool:
+    """The official test for a turn without calls: no step, or one step without calls."""
+    return not steps or (len(steps) == 1 and not steps[0])
 
 
 def _readable(value: Any, limit: int = 2000) -> Any:
@@ -53,24 +72,21 @@ def check_entry(entry: Entry, model_turns: list[list[list[str]]]) -> TurnVerdict
             {"model_turns": len(model_turns), "ground_truth_turns": len(gt)},
         )
     model, truth = new_instances(entry), new_instances(entry)
-    model_table, truth_table = method_table(model), method_table(truth)
+    # Each side under its own instance names, as the official checker keeps them apart.
+    model_ns = Namespace.of(model, f"astra_eval_{entry.id}")
+    truth_ns = Namespace.of(truth, f"astra_ground_truth_eval_{entry.id}")
     all_results: list[str] = []
     for t, (steps, gt_calls) in enumerate(zip(model_turns, gt, strict=True)):
         for step in steps:
-            all_results += execute_calls(model_table, step)
-        gt_results = execute_calls(truth_table, gt_calls)
+            all_results += execute_calls(model_ns, step)
+        gt_results = execute_calls(truth_ns, gt_calls)
         if not gt_calls:
             continue
-        if not steps or all(not s for s in steps):
+        if _is_empty(steps):
             return TurnVerdict(False, t, "multi_turn:empty_turn_model_response")
         for cls in entry.involved_classes:
-            a, b = _public_state(model[cls]), _public_state(truth[cls])
-            if a != b:
-                diff = {
-                    k: {"model": _readable(a.get(k)), "ground_truth": _readable(b.get(k))}
-                    for k in sorted(set(a) | set(b))
-                    if a.get(k) != b.get(k)
-                }
+            diff = _state_differences(model[cls], truth[cls])
+            if diff:
                 return TurnVerdict(
                     False,
                     t,

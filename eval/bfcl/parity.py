@@ -23,9 +23,40 @@ _names = itertools.count()
 Verdict = tuple[bool, str | None]  # (valid, error type)
 
 
+def _forget(name: str) -> None:
+    """Drop the official executor's instances kept under names starting with ``name``."""
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils as mtu
+
+    for key in [k for k in vars(mtu) if k.startswith(name)]:
+        del vars(mtu)[key]
+
+
+def official_execute(entry: Entry, steps: list[list[str]], tag: str) -> tuple[list[str], Any]:
+    """Run call strings step by step with the official executor (its ``eval`` included: for
+    trusted test input only) under the instance names ``{tag}_{entry.id}_{class}_instance``;
+    return every result text and the instances after the last step."""
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils as mtu
+
+    results: list[str] = []
+    instances: Any = {}
+    try:
+        for step in steps:
+            out, instances = mtu.execute_multi_turn_func_call(
+                step,
+                entry.initial_config,
+                entry.involved_classes,
+                tag,
+                entry.id,
+                long_context=entry.long_context,
+            )
+            results += out
+    finally:
+        _forget(tag)
+    return results, instances
+
+
 def official_verdict(entry: Entry, turns: list[list[list[str]]]) -> Verdict:
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker as mtc
-    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils as mtu
 
     if len(turns) != len(entry.ground_truth):
         return False, "multi_turn:force_terminated"
@@ -40,8 +71,7 @@ def official_verdict(entry: Entry, turns: list[list[list[str]]]) -> Verdict:
             turns, entry.ground_truth, test_entry, f"multi_turn_{entry.category}", name
         )
     finally:
-        for key in [k for k in vars(mtu) if k.startswith(name)]:
-            del vars(mtu)[key]
+        _forget(name)
     return bool(res["valid"]), res.get("error_type")
 
 
@@ -97,7 +127,7 @@ def _differences(
     Records of inference errors are left out: the official runner has its own record of those."""
     out = []
     for r in records:
-        if r.get("error") and "inference error" in r["error"]:
+        if r.get("error_kind") == "inference":
             continue
         ours = (bool(r["valid"]), None if r["valid"] else r["error_type"])
         theirs = official(r)
@@ -118,32 +148,46 @@ def compare(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return _differences(records, official)
 
 
-def official_evaluate(records: list[dict[str, Any]], bfcl: Path) -> list[dict[str, Any]]:
-    """Score our exported results with the official ``bfcl evaluate`` itself (``bfcl``: its
-    executable, in a virtualenv of its own with all its pins) and return every record whose
-    verdict differs (empty: full parity). The export is named after an FC registry entry, so
-    the official evaluator decodes our raw responses with its own function-calling decoder."""
+def run_bfcl_evaluate(
+    bfcl: Path, result_dir: Path, score_dir: Path, categories: list[str], model: str
+) -> dict[str, list[dict[str, Any]]]:
+    """The official ``bfcl evaluate`` (``bfcl``: its executable, in a virtualenv of its own
+    with all its pins), once for all ``categories``, with ``--partial-eval``; every path goes
+    absolute (it resolves relative ones under ``BFCL_PROJECT_ROOT``). Returns, per category,
+    the lines of its score file (the header first)."""
+    bfcl, result_dir, score_dir = bfcl.resolve(), result_dir.resolve(), score_dir.resolve()
     if not bfcl.is_file():
         raise ConfigError(
             f"no official bfcl executable at {bfcl} (make setup creates .venv-bfcl/bin/bfcl)"
         )
+    env = {**os.environ, "BFCL_PROJECT_ROOT": str(score_dir.parent), "OPENAI_API_KEY": "unused"}
+    cats = ",".join(f"multi_turn_{c}" for c in categories)
+    run = subprocess.run(
+        [str(bfcl), "evaluate", "--model", model, "--partial-eval", "--test-category", cats,
+         "--result-dir", str(result_dir), "--score-dir", str(score_dir)],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    out = {}
+    for cat in categories:
+        scores = list(score_dir.rglob(f"BFCL_v4_multi_turn_{cat}_score.json"))
+        if run.returncode != 0 or not scores:
+            tail = (run.stdout + run.stderr)[-1500:]
+            raise ConfigError(f"official bfcl evaluate failed for {cat}:\n{tail}")
+        out[cat] = [json.loads(x) for x in scores[0].read_text().splitlines() if x.strip()]
+    return out
+
+
+def official_evaluate(records: list[dict[str, Any]], bfcl: Path) -> list[dict[str, Any]]:
+    """Score our exported results with the official ``bfcl evaluate`` itself and return every
+    record whose verdict differs (empty: full parity). The export is named after an FC
+    registry entry, so the official evaluator decodes our raw responses with its own
+    function-calling decoder."""
     failing: dict[str, str | None] = {}  # id → official error type, over all categories
     with tempfile.TemporaryDirectory(prefix="astra-bfcl-official-") as tmp:
-        work = Path(tmp)
+        work = Path(tmp).resolve()
         export_official(records, work / "result", OFFICIAL_FC_MODEL)
-        env = {**os.environ, "BFCL_PROJECT_ROOT": str(work), "OPENAI_API_KEY": "unused"}
-        for cat in sorted({r["category"] for r in records}):
-            run = subprocess.run(
-                [str(bfcl), "evaluate", "--model", OFFICIAL_FC_MODEL, "--partial-eval",
-                 "--test-category", f"multi_turn_{cat}", "--result-dir", str(work / "result"),
-                 "--score-dir", str(work / "score")],
-                env=env, capture_output=True, text=True,
-            )  # fmt: skip
-            name = f"BFCL_v4_multi_turn_{cat}_score.json"
-            scores = list((work / "score").rglob(name))
-            if run.returncode != 0 or not scores:
-                tail = (run.stdout + run.stderr)[-1500:]
-                raise ConfigError(f"official bfcl evaluate failed for {cat}:\n{tail}")
-            lines = [json.loads(x) for x in scores[0].read_text().splitlines() if x.strip()]
+        cats = sorted({r["category"] for r in records})
+        scores = run_bfcl_evaluate(bfcl, work / "result", work / "score", cats, OFFICIAL_FC_MODEL)
+        for lines in scores.values():
             failing.update((x["id"], x["error"].get("error_type")) for x in lines[1:])
     return _differences(records, lambda r: (r["id"] not in failing, failing.get(r["id"])))
