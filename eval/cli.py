@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,9 +14,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from astra_agent.config import load_config
-from astra_agent.console import cli_errors, console, err_console, setup_logging
+from astra_agent.console import cli_errors, console, err_console
 from astra_agent.errors import ConfigError
-from astra_agent.model import DEFAULT_BASE_URL, ModelConfig
+from astra_agent.options import (
+    ApiKeyOpt,
+    BaseUrlOpt,
+    ModelOpt,
+    TemperatureOpt,
+    common_callback,
+    model_overrides,
+)
+from eval.runner import ProgressEvent
 
 app = typer.Typer(
     name="astra-eval",
@@ -23,13 +33,41 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+common_callback(app, "astra-eval")
 arenas_app = typer.Typer(help="RL arenas in the ASTRA-RL format.", no_args_is_help=False)
 app.add_typer(arenas_app, name="arenas")
+bfcl_app = typer.Typer(help="BFCL-V3 multi-turn (official data and checker semantics).")
+app.add_typer(bfcl_app, name="bfcl")
 
 
-def _progress(label: str) -> Progress:
-    """The progress bar of a long eval: done/total, elapsed, and the running score."""
-    return Progress(
+ConcurrencyOpt = Annotated[int | None, typer.Option(help="Entries at once.")]
+OutOpt = Annotated[Path, typer.Option(help="Results directory (checked writable first).")]
+ResumeOpt = Annotated[bool, typer.Option(help="Continue the results in --out.")]
+RetryOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Re-run the entries recorded as inference or run errors (implies --resume); "
+        "the newer record replaces the older."
+    ),
+]
+FailuresOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Stop (exit 1; --resume continues) after this many entries in a row could not "
+        "reach the endpoint (default 5)."
+    ),
+]
+
+
+def _runner_overrides(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+@contextmanager
+def _progress(label: str, score: Callable[[Any], str]) -> Iterator[Callable[[Any], None]]:
+    """The progress bar of a long eval: done/total (known before the first entry runs),
+    elapsed, and the running score (``score(records)``)."""
+    bar = Progress(
         TextColumn(f"[bold]{label}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -37,11 +75,21 @@ def _progress(label: str) -> Progress:
         TextColumn("{task.fields[score]}"),
         console=err_console,
     )
+    with bar:
+        job = bar.add_task(label, total=None, score="")
+
+        def hook(event: ProgressEvent[Any]) -> None:
+            text = score(list(event.records)) if event.records else ""
+            bar.update(job, total=event.total, completed=event.done, score=text)
+
+        yield hook
 
 
-@app.callback()
-def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
-    setup_logging(verbose)
+def _arena_score(records: list[Any]) -> str:
+    from eval.arenas.runner import summarize
+
+    s = summarize(records)
+    return f"reward {s['mean_reward']:.3f}  solved {s['fully_solved']:.0%}"
 
 
 @arenas_app.callback(invoke_without_command=True)
@@ -49,16 +97,16 @@ def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> 
 def arenas(
     ctx: typer.Context,
     data: Annotated[Path | None, typer.Option(help="Tasks: JSONL or parquet.")] = None,
-    base_url: Annotated[str, typer.Option(envvar=["ASTRA_BASE_URL", "OPENAI_BASE_URL"])] = (
-        DEFAULT_BASE_URL
-    ),
-    model: Annotated[str | None, typer.Option(envvar="ASTRA_MODEL")] = None,
-    api_key: Annotated[str | None, typer.Option(envvar=["ASTRA_API_KEY", "OPENAI_API_KEY"])] = None,
-    concurrency: Annotated[int, typer.Option(help="Tasks at once.")] = 4,
+    base_url: BaseUrlOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    temperature: TemperatureOpt = None,
+    concurrency: ConcurrencyOpt = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N tasks.")] = None,
-    out: Annotated[Path, typer.Option(help="Results directory.")] = Path("runs/arenas"),
-    resume: Annotated[bool, typer.Option(help="Continue the results in --out.")] = False,
-    temperature: Annotated[float | None, typer.Option()] = None,
+    out: OutOpt = Path("runs/arenas"),
+    resume: ResumeOpt = False,
+    retry_errors: RetryOpt = False,
+    max_connection_failures: FailuresOpt = None,
     max_steps: Annotated[int | None, typer.Option(help="Model calls per task (20).")] = None,
     unsafe_no_sandbox: Annotated[
         bool, typer.Option(help="Run tool code WITHOUT isolation (trusted code only).")
@@ -75,40 +123,32 @@ def arenas(
         raise typer.BadParameter("--data FILE is required (or use `arenas validate FILE`)")
     from eval.arenas.runner import ArenaEvalConfig, evaluate_arenas
 
-    model_cfg: dict[str, Any] = {
-        "base_url": base_url,
-        "model": model,
-        "api_key": api_key,
-        "temperature": temperature,
-    }
     cfg = load_config(
         ArenaEvalConfig,
         None,
         {
             "data": data,
             "out": out,
-            "concurrency": concurrency,
-            "limit": limit,
-            "resume": resume,
-            "unsafe_no_sandbox": unsafe_no_sandbox,
-            "model": {k: v for k, v in model_cfg.items() if v is not None},
+            **_runner_overrides(
+                concurrency=concurrency,
+                limit=limit,
+                max_connection_failures=max_connection_failures,
+                resume=resume or None,
+                retry_errors=retry_errors or None,
+                unsafe_no_sandbox=unsafe_no_sandbox or None,
+            ),
+            "model": model_overrides(base_url, model, api_key, temperature),
             "limits": {"max_steps": max_steps} if max_steps else {},
         },
         env_prefix="ASTRA_EVAL_",
     )
-    with _progress("arenas") as bar:
-        job = bar.add_task("arenas", total=limit, score="")
+    with _progress("arenas", _arena_score) as hook:
+        summary = asyncio.run(evaluate_arenas(cfg, hook))
+    _print_arenas(summary)
+    console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
 
-        def progress(rec: dict[str, Any], running: dict[str, Any]) -> None:
-            bar.update(
-                job,
-                completed=running["tasks"],
-                score=(
-                    f"reward {running['mean_reward']:.3f}  solved {running['fully_solved']:.0%}"
-                ),
-            )
 
-        summary = asyncio.run(evaluate_arenas(cfg, progress))
+def _print_arenas(summary: dict[str, Any]) -> None:
     table = Table(title=f"arenas: {summary['tasks']} tasks, model {summary.get('model')}")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -124,7 +164,13 @@ def arenas(
     table.add_row("errors", ", ".join(f"{k}={v}" for k, v in summary["errors"].items()) or "none")
     table.add_row("terminations", ", ".join(f"{k}={v}" for k, v in summary["terminations"].items()))
     console.print(table)
-    console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
+    domains = Table(title="by domain")
+    for col in ("domain", "tasks", "mean_reward", "fully_solved"):
+        domains.add_column(col, justify="left" if col == "domain" else "right")
+    for name, row in summary["domains"].items():
+        reward, solved = f"{row['mean_reward']:.4f}", f"{row['fully_solved']:.0%}"
+        domains.add_row(escape(name), str(row["tasks"]), reward, solved)
+    console.print(domains)
 
 
 @arenas_app.command("validate")
@@ -160,79 +206,100 @@ def validate(
         raise typer.Exit(1)
 
 
-bfcl_app = typer.Typer(help="BFCL-V3 multi-turn (official data and checker semantics).")
-app.add_typer(bfcl_app, name="bfcl")
+def _bfcl_score(records: list[Any]) -> str:
+    from eval.bfcl.runner import summarize
+
+    return "  ".join(f"{c} {a:.1f}" for c, a in summarize(records)["accuracy"].items())
+
+
+def _names(flag: str, text: str, example: str) -> list[str]:
+    """A comma-separated flag's names; one that names none (``,``, blanks) is a usage error."""
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    if not names:
+        raise ConfigError(f"{flag} {text!r} names nothing", hint=f"e.g. {flag} {example}")
+    return names
 
 
 @bfcl_app.callback(invoke_without_command=True)
 @cli_errors
 def bfcl(
     ctx: typer.Context,
-    base_url: Annotated[str, typer.Option(envvar=["ASTRA_BASE_URL", "OPENAI_BASE_URL"])] = (
-        DEFAULT_BASE_URL
-    ),
-    model: Annotated[str | None, typer.Option(envvar="ASTRA_MODEL")] = None,
-    api_key: Annotated[str | None, typer.Option(envvar=["ASTRA_API_KEY", "OPENAI_API_KEY"])] = None,
+    base_url: BaseUrlOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    temperature: TemperatureOpt = None,
     categories: Annotated[str, typer.Option(help="Comma-separated.")] = (
         "base,miss_func,miss_param,long_context"
     ),
     ids: Annotated[str | None, typer.Option(help="Comma-separated entry ids.")] = None,
     limit: Annotated[int | None, typer.Option(help="First N entries per category.")] = None,
-    concurrency: Annotated[int, typer.Option(help="Entries at once.")] = 8,
-    temperature: Annotated[float, typer.Option(help="The paper used 0.6.")] = 0.6,
-    out: Annotated[Path, typer.Option(help="Results directory.")] = Path("runs/bfcl"),
-    resume: Annotated[bool, typer.Option(help="Continue the results in --out.")] = False,
+    concurrency: ConcurrencyOpt = None,
+    out: OutOpt = Path("runs/bfcl"),
+    resume: ResumeOpt = False,
+    retry_errors: RetryOpt = False,
+    max_connection_failures: FailuresOpt = None,
 ) -> None:
     """Run BFCL-V3 multi-turn through the agent loop; score with the official semantics.
+    An overall over fewer than the four categories is marked partial.
 
     Example: astra-eval bfcl --base-url http://127.0.0.1:8000/v1 --concurrency 16 --out runs/bfcl
     """
     if ctx.invoked_subcommand is not None:
         return
-    from eval.bfcl.runner import PUBLISHED, BFCLConfig, evaluate_bfcl
+    from eval.bfcl.runner import BFCLConfig, evaluate_bfcl
 
-    cfg = BFCLConfig(
-        out=out,
-        concurrency=concurrency,
-        limit=limit,
-        resume=resume,
-        categories=[c.strip() for c in categories.split(",") if c.strip()],
-        ids=[i.strip() for i in ids.split(",")] if ids else None,
-        model=ModelConfig(base_url=base_url, model=model, api_key=api_key, temperature=temperature),
+    cfg = load_config(
+        BFCLConfig,
+        None,
+        {
+            "out": out,
+            "categories": _names("--categories", categories, "base,miss_func (default: all)"),
+            "ids": None if ids is None else _names("--ids", ids, "multi_turn_base_0"),
+            **_runner_overrides(
+                concurrency=concurrency,
+                limit=limit,
+                max_connection_failures=max_connection_failures,
+                resume=resume or None,
+                retry_errors=retry_errors or None,
+            ),
+            "model": model_overrides(base_url, model, api_key, temperature),
+        },
+        env_prefix="ASTRA_EVAL_",
     )
-    with _progress("bfcl") as bar:
-        job = bar.add_task("bfcl", total=None, score="")
+    with _progress("bfcl", _bfcl_score) as hook:
+        summary = asyncio.run(evaluate_bfcl(cfg, hook))
+    _print_bfcl(summary)
+    console.print(f"results: {out}/results.jsonl, summary.json, leaderboard.csv")
 
-        def progress(rec: dict[str, Any], running: dict[str, Any]) -> None:
-            acc = "  ".join(f"{c} {a:.1f}" for c, a in running["accuracy"].items())
-            bar.update(job, completed=running["entries"], score=acc)
 
-        summary = asyncio.run(evaluate_bfcl(cfg, progress))
+def _print_bfcl(summary: dict[str, Any]) -> None:
+    from eval.bfcl.runner import PUBLISHED, overall_label
+
+    cats = ("base", "miss_func", "miss_param", "long_context")
     table = Table(title=f"BFCL-V3 multi-turn: {summary['entries']} entries, {summary['model']}")
-    for col in ("model", "overall", "base", "miss_func", "miss_param", "long_context"):
+    for col in ("model", "overall", *cats):
         table.add_column(col, justify="right")
     acc = summary["accuracy"]
+    partial = summary.get("overall_partial")
     table.add_row(
         f"{summary['model']} (measured)",
-        f"{summary['overall']:.2f}",
-        *(
-            f"{acc[c]:.2f}" if c in acc else "-"
-            for c in ("base", "miss_func", "miss_param", "long_context")
-        ),
+        f"{summary['overall']:.2f}" + (" (partial)" if partial else ""),
+        *(f"{acc[c]:.2f}" if c in acc else "-" for c in cats),
     )
     for name, row in PUBLISHED.items():
         table.add_row(
             f"{name} (published)",
             f"{row['overall']:.2f}",
-            *(
-                f"{row[c]:.2f}" if c in row else "-"
-                for c in ("base", "miss_func", "miss_param", "long_context")
-            ),
+            *(f"{row[c]:.2f}" if c in row else "-" for c in cats),
         )
     console.print(table)
+    if partial:
+        console.print(
+            f"{overall_label(summary)}: the mean of {len(acc)} of 4 categories, not "
+            "comparable with the published overall"
+        )
     if summary["errors"]:
         console.print("failures: " + ", ".join(f"{k}={v}" for k, v in summary["errors"].items()))
-    console.print(f"results: {out}/results.jsonl, summary.json, leaderboard.csv")
 
 
 @bfcl_app.command("parity")
@@ -254,14 +321,15 @@ def bfcl_parity(
 
     Example: astra-eval bfcl parity --out runs/bfcl --official-bfcl .venv-bfcl/bin/bfcl
     """
-    import json
-
     from eval.bfcl.parity import compare, export_official, official_evaluate
+    from eval.bfcl.runner import BFCLRecord
+    from eval.results import RESULTS, read_results
 
-    path = out / "results.jsonl"
+    path = out / RESULTS
     if not path.is_file():
         raise ConfigError(f"no results at {path}")
-    records = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    # Each id once (the later record of a --retry-errors run wins), as plain JSON.
+    records = [r.model_dump(mode="json") for r in read_results(path, BFCLRecord).values()]
     files = export_official(records, out / "official", "astra")
     checks = [("the official checker", compare(records))]
     if official_bfcl is not None:
@@ -276,3 +344,51 @@ def bfcl_parity(
     console.print(f"official-format results: {', '.join(str(f) for f in files)}")
     if any(diffs for _, diffs in checks):
         raise typer.Exit(1)
+
+
+@bfcl_app.command("score")
+@cli_errors
+def bfcl_score(
+    result_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="Result files as `bfcl generate` writes them: "
+            "<model>/multi_turn/BFCL_v4_multi_turn_<category>_result.json."
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", help="Score directory, in the layout of `bfcl evaluate`.")
+    ] = Path("score"),
+) -> None:
+    """Score the official pipeline's result files with our checker and write score files in
+    the official layout (per-category score files, data_multi_turn.csv): `bfcl evaluate`,
+    with our scorer. An overall over fewer than the four categories is marked partial.
+
+    Example: astra-eval bfcl score bfcl_project/result --out bfcl_project/score
+    """
+    from eval.bfcl.score import score_official_results
+    from eval.results import ensure_writable_dir
+
+    ensure_writable_dir(out, "scores")
+    summary = score_official_results(result_dir, out)
+    cats = ("base", "miss_func", "miss_param", "long_context")
+    table = Table(title=f"BFCL-V3 multi-turn, scored from {result_dir}")
+    for col in ("model", "overall", *cats):
+        table.add_column(col, justify="right")
+    partial = []
+    for model, s in summary["models"].items():
+        acc = s["accuracy"]
+        overall = f"{100 * s['overall']:.2f}"
+        if set(acc) != set(cats):
+            overall += " (partial)"
+            partial.append(model)
+        table.add_row(
+            escape(model), overall, *(f"{100 * acc[c]:.2f}" if c in acc else "-" for c in cats)
+        )
+    console.print(table)
+    if partial:
+        console.print(
+            f"partial overall for {', '.join(partial)}: categories without results count 0, "
+            "as in `bfcl evaluate`"
+        )
+    console.print(f"scores: {summary['score_dir']}")

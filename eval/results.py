@@ -1,55 +1,172 @@
-"""A results directory that a run appends to and ``--resume`` continues: ``config.json`` (the
-run's fingerprint) beside ``results.jsonl`` (one whole record per line)."""
+"""A results directory that a run appends to and ``--resume`` continues: ``config.json`` (what
+the run's results depend on) beside ``results.jsonl`` (one whole, typed record per line; when
+an id appears twice, as after ``--retry-errors``, the later record wins) and ``summary.json``.
+
+What must match for ``--resume`` is the *fingerprint*: the served model id and the sampling,
+never the URL text, so a server moved to another port (or ``localhost`` for ``127.0.0.1``)
+resumes with a warning while a different model behind the same URL is refused.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from astra_agent.errors import ConfigError
-from astra_agent.trajectory import drop_torn_tail
+from astra_agent.model import ModelConfig
+from astra_agent.trajectory import FailureKind, drop_torn_tail
+
+log = logging.getLogger(__name__)
 
 RESULTS = "results.jsonl"
+CONFIG = "config.json"
+SUMMARY = "summary.json"
+FORMAT = 2  # 1: untyped records, the endpoint URL in the fingerprint (refused on --resume)
+
+# Why an entry has no score of its own: the endpoint failed (``inference``) or running the
+# entry raised (``run``). Both are re-run by ``--retry-errors``.
+ErrorKind = Literal["inference", "run"]
+# How an inference error failed to get an answer: the endpoint was never reached.
+UNREACHABLE: tuple[FailureKind, ...] = ("unreachable", "timeout", "dropped")
 
 
-def read_records(path: Path, key: str) -> dict[Any, dict[str, Any]]:
-    """Records already written, by ``key``; a torn last line (kill -9 mid-write) is cut."""
+class EvalRecord(BaseModel):
+    """What every eval writes per entry; each eval's record extends it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    error: str | None = None  # what went wrong, for people
+    error_kind: ErrorKind | None = None  # what went wrong, for code
+    endpoint_failure: FailureKind | None = None  # how the endpoint failed (inference errors)
+
+    @property
+    def unreachable(self) -> bool:
+        """Did this entry fail because the endpoint could not be reached at all?"""
+        return self.error_kind == "inference" and self.endpoint_failure in UNREACHABLE
+
+
+R = TypeVar("R", bound=EvalRecord)
+
+
+class RunMeta(BaseModel):
+    """``config.json``: the fingerprint that ``--resume`` compares, and the endpoint (only
+    warned about when it differs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: int = FORMAT
+    fingerprint: dict[str, Any]
+    base_url: str | None = None
+
+
+def model_fingerprint(config: ModelConfig, served_model: str) -> dict[str, Any]:
+    """The model part of a fingerprint: the id the endpoint serves plus the sampling settings
+    (``ModelConfig.fingerprint`` without the URL and the configured name)."""
+    sampling = {k: v for k, v in config.fingerprint().items() if k not in ("base_url", "model")}
+    return {"model": served_model, **sampling}
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` through a temp file and a rename: never half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def ensure_writable_dir(out: Path, what: str = "results") -> None:
+    """Create ``out`` and prove a file can be written there, before any work starts."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".astra-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write {what} to {out}: {exc.strerror or exc}",
+            hint="choose a writable --out",
+        ) from None
+
+
+def read_results(path: Path, record: type[R]) -> dict[str, R]:
+    """Records already written, by id (the later of two with one id wins); a torn last line
+    (kill -9 mid-write) is cut."""
     if not path.is_file():
         return {}
     drop_torn_tail(path)
-    done = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    done: dict[str, R] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a results file (not UTF-8 text)") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            raise ConfigError(f"{path}:{n} is corrupt; move it away to start afresh") from None
-        done[rec[key]] = rec
+            rec = record.model_validate_json(line)
+        except ValidationError as exc:
+            raise ConfigError(
+                f"{path}:{n} is not a {record.__name__} record "
+                f"({exc.errors()[0]['msg']} at {'.'.join(map(str, exc.errors()[0]['loc']))})",
+                hint="results of an older astra-eval or of another eval: use another --out",
+            ) from None
+        done[rec.id] = rec
     return done
 
 
-def prepare_results_dir(
-    out: Path, fingerprint: dict[str, Any], resume: bool, key: str
-) -> dict[Any, dict[str, Any]]:
+def _read_meta(path: Path) -> RunMeta:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError("older format")
+        return RunMeta.model_validate(data)
+    except (ValueError, UnicodeDecodeError):  # JSONDecodeError, ValidationError included
+        raise ConfigError(
+            f"{path.parent} holds results of an older astra-eval (or a corrupt {path.name}), "
+            "which --resume cannot check",
+            hint="use another --out",
+        ) from None
+
+
+def prepare_results_dir(out: Path, meta: RunMeta, resume: bool, record: type[R]) -> dict[str, R]:
     """Check ``out`` against this run (refuse results of another configuration, or any results
-    without ``resume``), record the fingerprint, and return the records already there."""
-    out.mkdir(parents=True, exist_ok=True)
-    meta = out / "config.json"
-    if (out / RESULTS).is_file() and meta.is_file():
-        old = json.loads(meta.read_text())
-        if not resume:
+    without ``resume``), record ``meta``, and return the records already there."""
+    ensure_writable_dir(out)
+    results, config = out / RESULTS, out / CONFIG
+    has_results = results.is_file() and results.stat().st_size > 0
+    if has_results and not resume:
+        raise ConfigError(
+            f"{out} already holds results",
+            hint="pass --resume to continue them, or choose another --out",
+        )
+    if has_results:
+        if not config.is_file():
             raise ConfigError(
-                f"{out} already holds results",
-                hint="pass --resume to continue them, or choose another --out",
-            )
-        if old != fingerprint:
-            diff = sorted(k for k in fingerprint if old.get(k) != fingerprint[k])
-            raise ConfigError(
-                f"{out} holds results of a different configuration ({', '.join(diff)} differ)",
+                f"{out} holds results without {CONFIG}: cannot tell what they were run with",
                 hint="use another --out",
             )
-    tmp = meta.with_suffix(".tmp")
-    tmp.write_text(json.dumps(fingerprint, indent=2))
-    os.replace(tmp, meta)
-    return read_records(out / RESULTS, key)
+        _check_same_run(out, _read_meta(config), meta)
+    write_json_atomic(config, meta.model_dump(mode="json"))
+    return read_results(results, record)
+
+
+def _check_same_run(out: Path, old: RunMeta, new: RunMeta) -> None:
+    if old.fingerprint != new.fingerprint:
+        keys = set(old.fingerprint) | set(new.fingerprint)
+        diff = sorted(k for k in keys if old.fingerprint.get(k) != new.fingerprint.get(k))
+        raise ConfigError(
+            f"{out} holds results of a different configuration ({', '.join(diff)} differ)",
+            hint="use another --out",
+        )
+    if old.base_url != new.base_url:
+        log.warning(
+            "%s was run against %s; resuming against %s (same model and sampling)",
+            out,
+            old.base_url,
+            new.base_url,
+        )

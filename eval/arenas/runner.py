@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import json
-import os
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from astra_agent.arena import (
     ArenaEnvironment,
@@ -24,155 +19,158 @@ from astra_agent.arena import (
 from astra_agent.arena import trajectory_reward as reward_of
 from astra_agent.episode import EpisodeLimits, run_episode
 from astra_agent.errors import ConfigError
-from astra_agent.model import ChatModel, ModelConfig
+from astra_agent.model import ChatModel
 from astra_agent.sandbox import SandboxLimits, bwrap_available
-from astra_agent.trajectory import append_jsonl
-from eval.results import RESULTS, prepare_results_dir
+from astra_agent.trajectory import Termination, Trajectory
+from eval.results import EvalRecord
+from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
 
 
-class ArenaEvalConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ArenaEvalConfig(RunConfig):
     data: Path
-    out: Path
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    limits: EpisodeLimits = Field(default_factory=EpisodeLimits)
     sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
-    concurrency: int = Field(4, ge=1)
+    limits: EpisodeLimits = Field(default_factory=EpisodeLimits)
     limit: int | None = Field(None, ge=1)
-    resume: bool = False
     unsafe_no_sandbox: bool = False
 
     def fingerprint(self) -> dict[str, Any]:
-        """What must match for --resume to continue a results directory."""
-        digest = hashlib.sha256(self.data.read_bytes()).hexdigest()
+        """What the results depend on besides the model and sampling."""
         return {
-            "data_sha256": digest,
-            **self.model.fingerprint(),
+            "data_sha256": hashlib.sha256(self.data.read_bytes()).hexdigest(),
             "limits": self.limits.model_dump(),
             "sandbox": self.sandbox.model_dump(),
         }
 
 
-def _prepare_out(cfg: ArenaEvalConfig) -> dict[int, dict[str, Any]]:
-    return prepare_results_dir(cfg.out, cfg.fingerprint(), cfg.resume, key="index")
+class ArenaRecord(EvalRecord):
+    """One task's result: ``id`` is the task's ``task_id`` (``index`` too where a file repeats
+    a task_id), its reward's parts, errors by kind, the trajectory."""
+
+    index: int
+    task_id: str
+    domain: str = ""
+    reward: float
+    recall: float
+    precision: float
+    solved: list[str]
+    required: int
+    tool_calls: int
+    fully_solved: bool
+    termination: Termination
+    errors: dict[str, int] = Field(default_factory=dict)
+    trajectory: Trajectory | None = None
 
 
-async def _one(task: ArenaTask, model: ChatModel, cfg: ArenaEvalConfig) -> dict[str, Any]:
-    rec: dict[str, Any] = {"index": task.index, "task_id": task.task_id, "domain": task.domain}
+def task_ids(tasks: list[ArenaTask]) -> dict[int, str]:
+    """Each task's record id, by index: its task_id, or ``task_id@index`` where the file
+    repeats that task_id."""
+    seen = Counter(t.task_id for t in tasks)
+    return {t.index: t.task_id if seen[t.task_id] == 1 else f"{t.task_id}@{t.index}" for t in tasks}
+
+
+def _record(task: ArenaTask, rec_id: str, traj: Trajectory, **fields: Any) -> ArenaRecord:
+    r = reward_of(task, traj)
+    return ArenaRecord(
+        id=rec_id, index=task.index, task_id=task.task_id, domain=task.domain,
+        reward=round(r.reward, 6), recall=r.recall, precision=round(r.precision, 6),
+        solved=list(r.solved), required=r.required, tool_calls=r.tool_calls,
+        fully_solved=r.fully_solved, **fields,
+    )  # fmt: skip
+
+
+async def run_task(
+    task: ArenaTask, rec_id: str, model: ChatModel, cfg: ArenaEvalConfig
+) -> ArenaRecord:
+    """Run one task; its failure to run is recorded (``error_kind="run"``), not raised."""
     try:
         async with ArenaEnvironment(
             task, cfg.sandbox, unsafe_no_sandbox=cfg.unsafe_no_sandbox
         ) as env:
             traj = await run_episode(model, env, task.prompt, limits=cfg.limits)
     except Exception as exc:  # one task's failure is recorded, the run goes on
-        r = reward_of(task, _empty())
-        rec.update(
-            _reward_fields(r),
-            termination="error",
-            error=f"{type(exc).__name__}: {exc}",
-            errors={"task_error": 1},
-            trajectory=None,
-        )
-        return rec
-    r = reward_of(task, traj)
+        return _record(
+            task, rec_id, Trajectory(), termination="error", error_kind="run",
+            error=f"{type(exc).__name__}: {exc}", errors={"task_error": 1},
+        )  # fmt: skip
     errors = {k: v for k, v in traj.counts().items() if k not in ("ok", "recovered")}
-    if traj.termination == "model_error":
+    failed = traj.termination == "model_error"
+    if failed:
         errors["inference_error"] = 1
-    rec.update(
-        _reward_fields(r),
-        termination=traj.termination,
-        errors=errors,
-        error=traj.termination_detail if traj.termination == "model_error" else None,
-        trajectory=traj.model_dump(mode="json"),
-    )
-    return rec
+    return _record(
+        task, rec_id, traj, termination=traj.termination, errors=errors, trajectory=traj,
+        error=traj.termination_detail if failed else None,
+        error_kind="inference" if failed else None,
+        endpoint_failure=traj.model_failure if failed else None,
+    )  # fmt: skip
 
 
-def _empty() -> Any:
-    from astra_agent.trajectory import Trajectory
-
-    return Trajectory()
-
-
-def _reward_fields(r: Any) -> dict[str, Any]:
+def _means(records: list[ArenaRecord]) -> dict[str, float]:
+    n = len(records)
     return {
-        "reward": round(r.reward, 6),
-        "recall": r.recall,
-        "precision": round(r.precision, 6),
-        "solved": list(r.solved),
-        "required": r.required,
-        "tool_calls": r.tool_calls,
-        "fully_solved": r.fully_solved,
+        "mean_reward": round(sum(r.reward for r in records) / n, 4),
+        "fully_solved": round(sum(r.fully_solved for r in records) / n, 4),
     }
 
 
-def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(records: list[ArenaRecord]) -> dict[str, Any]:
+    """Means over the tasks (each id once), errors and terminations by kind, and the same
+    means per domain."""
     n = len(records)
     if not n:
         return {"tasks": 0}
     errors: Counter[str] = Counter()
     for r in records:
-        errors.update(r.get("errors") or {})
-    mean = lambda key: sum(float(r[key]) for r in records) / n  # noqa: E731
+        errors.update(r.errors)
+    by_domain: dict[str, list[ArenaRecord]] = {}
+    for r in records:
+        by_domain.setdefault(r.domain or "(none)", []).append(r)
     return {
         "tasks": n,
-        "mean_reward": round(mean("reward"), 4),
-        "fully_solved": round(sum(1 for r in records if r["fully_solved"]) / n, 4),
-        "mean_recall": round(mean("recall"), 4),
-        "mean_precision": round(mean("precision"), 4),
-        "tool_calls_per_task": round(mean("tool_calls"), 3),
+        **_means(records),
+        "mean_recall": round(sum(r.recall for r in records) / n, 4),
+        "mean_precision": round(sum(r.precision for r in records) / n, 4),
+        "tool_calls_per_task": round(sum(r.tool_calls for r in records) / n, 3),
         "errors": dict(sorted(errors.items())),
-        "terminations": dict(Counter(r["termination"] for r in records)),
+        "terminations": dict(Counter(r.termination for r in records)),
+        "domains": {d: {"tasks": len(rs), **_means(rs)} for d, rs in sorted(by_domain.items())},
     }
 
 
-Progress = Callable[[dict[str, Any], dict[str, Any]], None]  # (record, running summary)
-
-
-async def evaluate_arenas(cfg: ArenaEvalConfig, progress: Progress | None = None) -> dict:
-    """Run, append one record per task (whole), resume, and write summary.json."""
-    report = load_arena_file(cfg.data)
+def load_tasks(path: Path) -> LoadReport:
+    """The tasks of ``path``; none valid (an empty file included) is a ConfigError."""
+    report = load_arena_file(path)
     if not report.tasks:
-        raise ConfigError(f"{cfg.data} has no valid task:\n" + _problems(report))
+        what = "no record" if not report.records else "no valid task"
+        raise ConfigError(f"{path} has {what}:\n" + _problems(report))
+    return report
+
+
+async def evaluate_arenas(
+    cfg: ArenaEvalConfig, progress: ProgressHook[ArenaRecord] | None = None
+) -> dict[str, Any]:
+    """Run every task (append one whole record per task, resume), write summary.json."""
+    report = load_tasks(cfg.data)
     if not cfg.unsafe_no_sandbox and not bwrap_available():
         raise ConfigError(
             "bubblewrap (bwrap) is not installed",
             hint="apt-get install bubblewrap, or --unsafe-no-sandbox for code you trust",
         )
     tasks = report.tasks[: cfg.limit] if cfg.limit else report.tasks
-    model = ChatModel(cfg.model)
-    try:
-        await model.check_model()
-        done = _prepare_out(cfg)
-        records = [done[t.index] for t in tasks if t.index in done]
-        todo = [t for t in tasks if t.index not in done]
-        sem = asyncio.Semaphore(cfg.concurrency)
-        lock = asyncio.Lock()
+    ids = task_ids(report.tasks)
+    skipped = len({p.index for p in report.errors})
 
-        async def run(task: ArenaTask) -> None:
-            async with sem:
-                rec = await _one(task, model, cfg)
-            async with lock:
-                append_jsonl(cfg.out / RESULTS, rec, fsync=False)
-                records.append(rec)
-                if progress:
-                    progress(rec, summarize(records))
+    def summary_of(records: list[ArenaRecord]) -> dict[str, Any]:
+        return {**summarize(records), "skipped_records": skipped, "data": str(cfg.data)}
 
-        t0 = time.monotonic()
-        await asyncio.gather(*(run(t) for t in todo))
-    finally:
-        await model.close()
-    summary = {
-        **summarize(records),
-        "wall_s": round(time.monotonic() - t0, 2),
-        "skipped_records": len(report.errors and {p.index for p in report.errors}),
-        "model": model.name,
-        "data": str(cfg.data),
-    }
-    tmp = cfg.out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2))
-    os.replace(tmp, cfg.out / "summary.json")
+    spec = EvalSpec(
+        items=tasks,
+        key=lambda t: ids[t.index],
+        one=lambda t, model: run_task(t, ids[t.index], model, cfg),
+        record=ArenaRecord,
+        fingerprint=cfg.fingerprint(),
+        summarize=summary_of,
+    )
+    summary, _ = await run_eval(cfg, spec, progress)
     return summary
 
 
@@ -185,7 +183,7 @@ async def validate_arenas(
 ) -> tuple[LoadReport, list[str], list[str]]:
     """Load, then run each task's reference chain in the sandbox: all gold answers reached?
     Returns the load report, failures and warnings found at run time."""
-    report = load_arena_file(path)
+    report = load_tasks(path)
     failures: list[str] = []
     warnings: list[str] = []
     for task in report.tasks:

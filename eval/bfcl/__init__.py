@@ -4,13 +4,17 @@ release (installed without its dependencies). Groundwork: data, environment, sco
 from eval.bfcl.backend import BFCLEnvironment, execute_calls, parse_call
 from eval.bfcl.checker import TurnVerdict, check_entry
 from eval.bfcl.official import CATEGORIES, Entry, load_category, openai_tools
+from eval.bfcl.runner import BFCLConfig, BFCLRecord, evaluate_bfcl
 
 __all__ = [
     "CATEGORIES",
+    "BFCLConfig",
     "BFCLEnvironment",
+    "BFCLRecord",
     "Entry",
     "TurnVerdict",
     "check_entry",
+    "evaluate_bfcl",
     "execute_calls",
     "load_category",
     "openai_tools",

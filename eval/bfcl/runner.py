@@ -13,26 +13,24 @@ ends the turn with none of them run; tool results reach the model whole (long_co
 
 from __future__ import annotations
 
-import asyncio
 import csv
-import json
 import os
-import time
 from collections import Counter
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from astra_agent.episode import CallPolicy, EpisodeLimits, run_episode
 from astra_agent.errors import ConfigError
-from astra_agent.model import ChatModel, ModelConfig
-from astra_agent.trajectory import Trajectory, append_jsonl
+from astra_agent.model import ChatModel
+from astra_agent.trajectory import Trajectory
 from eval.bfcl.backend import BFCLEnvironment, decode_step
 from eval.bfcl.checker import check_entry
-from eval.bfcl.official import CATEGORIES, Entry, held_out_tools, load_category
-from eval.results import RESULTS, prepare_results_dir
+from eval.bfcl.official import CATEGORIES, PINNED, Entry, held_out_tools, load_category
+from eval.results import ErrorKind, EvalRecord
+from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
 
 STEP_LIMIT = 20  # the official MAXIMUM_STEP_LIMIT
 OFFICIAL_CALLS = CallPolicy(check_names=False, check_arguments=False, end_on_undecodable=True)
@@ -57,29 +55,38 @@ PUBLISHED = {  # paper Table 1, function-calling mode through vLLM, temperature 
 }
 
 
-class BFCLConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    out: Path
-    model: ModelConfig = Field(default_factory=ModelConfig)
+class BFCLConfig(RunConfig):
+    concurrency: int = Field(8, ge=1)
     categories: list[str] = Field(default_factory=lambda: list(CATEGORIES))
     ids: list[str] | None = None
     limit: int | None = Field(None, ge=1, description="first N entries per category")
-    concurrency: int = Field(8, ge=1)
-    resume: bool = False
     tool_timeout_s: float = Field(60.0, gt=0)
 
     def fingerprint(self) -> dict[str, Any]:
-        return {
-            **self.model.fingerprint(),
-            "categories": sorted(self.categories),
-            "ids": self.ids,
-            "limit": self.limit,
-        }
+        """What the results depend on besides the model and sampling."""
+        return {"categories": sorted(self.categories), "ids": self.ids, "limit": self.limit}
+
+
+class BFCLRecord(EvalRecord):
+    """One entry's result: the verdict, the decoded calls and raw responses per turn and step
+    (the official result format), the trajectory. An entry whose inference failed is invalid
+    with ``error_type`` ``multi_turn:inference_error`` and ``error_kind`` ``inference``."""
+
+    category: str
+    valid: bool
+    error_type: str | None = None
+    failed_turn: int | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+    decoded: list[list[list[str]]] = Field(default_factory=list)
+    responses: list[list[Any]] = Field(default_factory=list)
+    trajectory: Trajectory | None = None
 
 
 def select(cfg: BFCLConfig) -> list[Entry]:
-    """The entries to run; an unknown category or id is an error before anything runs."""
+    """The entries to run; an unknown category or id, or none at all, is an error before
+    anything runs."""
+    if not cfg.categories:
+        raise ConfigError(f"no category given: choose from {', '.join(CATEGORIES)}")
     for c in cfg.categories:
         if c not in CATEGORIES:
             raise ConfigError(f"unknown category {c!r}: choose from {', '.join(CATEGORIES)}")
@@ -96,56 +103,65 @@ def select(cfg: BFCLConfig) -> list[Entry]:
     return entries
 
 
-async def run_entry(entry: Entry, model: ChatModel, tool_timeout_s: float) -> dict[str, Any]:
-    """Infer every turn of one entry; return its record (verdict included)."""
+@dataclass
+class _Turns:
+    """What one entry's inference produced so far (kept when it fails midway)."""
+
+    traj: Trajectory | None = None
+    responses: list[list[Any]] = field(default_factory=list)  # raw, per turn and step
+    decoded: list[list[list[str]]] = field(default_factory=list)  # as the official decoder
+
+
+async def _infer(entry: Entry, model: ChatModel, tool_timeout_s: float, out: _Turns) -> None:
+    """Every turn of one entry through the loop, into ``out``."""
     env = BFCLEnvironment(entry)
     # The official harness quits once its step count exceeds the limit: 21 executing steps.
     limits = EpisodeLimits(
         max_steps=STEP_LIMIT + 1, tool_timeout_s=tool_timeout_s, max_tool_output_chars=None
     )
-    traj: Trajectory | None = None
-    decoded: list[list[list[str]]] = []
-    responses: list[list[Any]] = []
-    record: dict[str, Any] = {"id": entry.id, "category": entry.category}
+    for t, question in enumerate(entry.question):
+        if str(t) in entry.missed_function:
+            env.add_tools(held_out_tools(entry, t))
+        msgs = question or [{"role": "user", "content": HELD_OUT_MESSAGE}]
+        start = len(out.traj.messages) if out.traj else 0
+        out.traj = await run_episode(
+            model, env, msgs, limits=limits, trajectory=out.traj, tools=await env.list_tools(),
+            policy=OFFICIAL_CALLS,
+        )  # fmt: skip
+        raw, steps = _steps(out.traj.messages[start:])
+        out.responses.append(raw)
+        out.decoded.append(steps)
+        if out.traj.termination in ("model_error", "max_steps"):
+            break  # max_steps: the official harness stops the whole entry (force-terminated)
+
+
+async def run_entry(entry: Entry, model: ChatModel, tool_timeout_s: float) -> BFCLRecord:
+    """Infer every turn of one entry; return its record (verdict included). A failure to run
+    is recorded with its cause (``error_kind``), never raised."""
+    turns = _Turns()
+    error: str | None = None
+    kind: ErrorKind | None = None
     try:
-        for t, question in enumerate(entry.question):
-            if str(t) in entry.missed_function:
-                env.add_tools(held_out_tools(entry, t))
-            msgs = question or [{"role": "user", "content": HELD_OUT_MESSAGE}]
-            start = len(traj.messages) if traj else 0
-            traj = await run_episode(
-                model,
-                env,
-                msgs,
-                limits=limits,
-                trajectory=traj,
-                tools=await env.list_tools(),
-                policy=OFFICIAL_CALLS,
-            )
-            raw, steps = _steps(traj.messages[start:])
-            responses.append(raw)
-            decoded.append(steps)
-            if traj.termination == "model_error":
-                record["error"] = f"inference error: {traj.termination_detail}"
-                break
-            if traj.termination == "max_steps":
-                break  # the official harness stops the whole entry (force-terminated)
+        await _infer(entry, model, tool_timeout_s, turns)
+        if turns.traj is not None and turns.traj.termination == "model_error":
+            error, kind = f"inference error: {turns.traj.termination_detail}", "inference"
     except Exception as exc:  # one entry's failure is recorded with its cause
-        record["error"] = f"{type(exc).__name__}: {exc}"
-    verdict = check_entry(entry, decoded)
-    verdict_type: str | None = verdict.error_type
-    if record.get("error") and "inference error" in record["error"]:
-        verdict_type = "multi_turn:inference_error"
-    record.update(
-        valid=verdict.valid and not record.get("error"),
-        error_type=verdict_type,
+        error, kind = f"{type(exc).__name__}: {exc}", "run"
+    verdict = check_entry(entry, turns.decoded)
+    return BFCLRecord(
+        id=entry.id,
+        category=entry.category,
+        valid=verdict.valid and kind is None,
+        error_type="multi_turn:inference_error" if kind == "inference" else verdict.error_type,
         failed_turn=verdict.turn,
         details=verdict.details,
-        decoded=decoded,
-        responses=responses,
-        trajectory=traj.model_dump(mode="json") if traj else None,
+        decoded=turns.decoded,
+        responses=turns.responses,
+        trajectory=turns.traj,
+        error=error,
+        error_kind=kind,
+        endpoint_failure=turns.traj.model_failure if turns.traj and kind == "inference" else None,
     )
-    return record
 
 
 def _steps(messages: list[dict[str, Any]]) -> tuple[list[Any], list[list[str]]]:
@@ -168,76 +184,77 @@ def _steps(messages: list[dict[str, Any]]) -> tuple[list[Any], list[list[str]]]:
     return raw, decoded
 
 
-def _prepare(cfg: BFCLConfig) -> dict[str, dict[str, Any]]:
-    return prepare_results_dir(cfg.out, cfg.fingerprint(), cfg.resume, key="id")
-
-
-def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    by_cat: dict[str, list[dict[str, Any]]] = {}
+def summarize(records: list[BFCLRecord]) -> dict[str, Any]:
+    """Accuracy per category (each id once) and their mean, ``overall``: over fewer than the
+    four categories that mean is not the leaderboard's, and says so (``overall_partial``)."""
+    by_cat: dict[str, list[BFCLRecord]] = {}
     for r in records:
-        by_cat.setdefault(r["category"], []).append(r)
-    acc = {c: round(100 * sum(r["valid"] for r in rs) / len(rs), 2) for c, rs in by_cat.items()}
+        by_cat.setdefault(r.category, []).append(r)
+    acc = {
+        c: round(100 * sum(r.valid for r in by_cat[c]) / len(by_cat[c]), 2)
+        for c in CATEGORIES
+        if c in by_cat
+    }
     overall = round(sum(acc.values()) / len(acc), 2) if acc else 0.0
-    errors = Counter(r["error_type"] for r in records if not r["valid"] and r["error_type"])
+    errors = Counter(r.error_type for r in records if not r.valid and r.error_type)
     return {
         "entries": len(records),
         "accuracy": acc,
         "overall": overall,
-        "counts": {c: len(rs) for c, rs in by_cat.items()},
+        "overall_partial": set(acc) != set(CATEGORIES),
+        "counts": {c: len(by_cat[c]) for c in acc},
         "errors": dict(errors),
-        "inference_errors": sum(1 for r in records if r.get("error")),
+        "inference_errors": sum(1 for r in records if r.error_kind is not None),
     }
 
 
-def write_reports(out: Path, summary: dict[str, Any], model: str) -> None:
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps({**summary, "published": PUBLISHED}, indent=2))
-    os.replace(tmp, out / "summary.json")
+def overall_label(summary: dict[str, Any]) -> str:
+    """How the overall figure is named: partial over fewer than four categories."""
+    if not summary.get("overall_partial"):
+        return "overall"
+    return f"partial overall ({', '.join(summary['accuracy']) or 'no category'})"
+
+
+def write_leaderboard(out: Path, summary: dict[str, Any]) -> None:
+    """``leaderboard.csv``: the measured row (marked when its overall is partial) above the
+    published ones."""
     cols = ["Model", "Multi Turn Overall Acc", "Base", "Miss Func", "Miss Param", "Long Context"]
     acc = summary["accuracy"]
-    with (out / "leaderboard.csv.tmp").open("w", newline="") as f:
+    name = summary["model"]
+    if summary.get("overall_partial"):
+        name += f" [{overall_label(summary)}]"
+    tmp = out / "leaderboard.csv.tmp"
+    with tmp.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
-        w.writerow([model, summary["overall"], *(acc.get(c, "") for c in CATEGORIES)])
-        for name, row in PUBLISHED.items():
+        w.writerow([name, summary["overall"], *(acc.get(c, "") for c in CATEGORIES)])
+        for model, row in PUBLISHED.items():
             w.writerow(
-                [f"{name} (published)", row["overall"], *(row.get(c, "") for c in CATEGORIES)]
+                [f"{model} (published)", row["overall"], *(row.get(c, "") for c in CATEGORIES)]
             )
-    os.replace(out / "leaderboard.csv.tmp", out / "leaderboard.csv")
+    os.replace(tmp, out / "leaderboard.csv")
 
 
-Progress = Callable[[dict[str, Any], dict[str, Any]], None]
-
-
-async def evaluate_bfcl(cfg: BFCLConfig, progress: Progress | None = None) -> dict[str, Any]:
+async def evaluate_bfcl(
+    cfg: BFCLConfig, progress: ProgressHook[BFCLRecord] | None = None
+) -> dict[str, Any]:
+    """Run the selected entries (append one whole record per entry, resume), write
+    summary.json and leaderboard.csv."""
     entries = select(cfg)
     # The official harness scores the server's tool_calls as returned: no recovery from text.
-    model = ChatModel(cfg.model.model_copy(update={"recover_calls": False}))
-    t0 = time.monotonic()
-    try:
-        await model.check_model()
-        done = _prepare(cfg)
-        records = [done[e.id] for e in entries if e.id in done]
-        todo = [e for e in entries if e.id not in done]
-        sem, lock = asyncio.Semaphore(cfg.concurrency), asyncio.Lock()
+    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"recover_calls": False})})
 
-        async def one(entry: Entry) -> None:
-            async with sem:
-                rec = await run_entry(entry, model, cfg.tool_timeout_s)
-            async with lock:
-                append_jsonl(cfg.out / RESULTS, rec, fsync=False)
-                records.append(rec)
-                if progress:
-                    progress(rec, summarize(records))
+    def summary_of(records: list[BFCLRecord]) -> dict[str, Any]:
+        return {**summarize(records), "bfcl_eval": PINNED, "published": PUBLISHED}
 
-        await asyncio.gather(*(one(e) for e in todo))
-    finally:
-        await model.close()
-    summary = {
-        **summarize(records),
-        "wall_s": round(time.monotonic() - t0, 2),
-        "model": model.name,
-        "bfcl_eval": "2026.3.23",
-    }
-    write_reports(cfg.out, summary, model.name)
+    spec = EvalSpec(
+        items=entries,
+        key=lambda e: e.id,
+        one=lambda e, model: run_entry(e, model, cfg.tool_timeout_s),
+        record=BFCLRecord,
+        fingerprint=cfg.fingerprint(),
+        summarize=summary_of,
+    )
+    summary, _ = await run_eval(cfg, spec, progress)
+    write_leaderboard(cfg.out, summary)
     return summary

@@ -95,8 +95,11 @@ def test_replay_scores_reward_1_on_every_heldout_task(
     assert summary["errors"] == {}
     records = [json.loads(x) for x in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
     assert sorted(r["index"] for r in records) == list(range(n))
+    ids = {t.task_id for t in load_arena_file(HELDOUT).tasks}
+    assert {r["id"] for r in records} == ids and len(ids) == n  # id: the task_id
     assert all(r["reward"] == pytest.approx(1.0, abs=1e-4) for r in records)
     assert "mean_reward" in out.stdout
+    assert f"{n}/{n}" in out.stderr  # the bar knew its total without --limit
 
 
 async def test_resume_after_kill_and_config_mismatch(

@@ -255,7 +255,11 @@ def test_garbage_and_errors_are_recorded_not_silent(tmp_path: Path) -> None:
     recs = results(tmp_path)
     assert len(recs) == 6 and not any(r["valid"] for r in recs)
     assert any(
-        r["error_type"] == "multi_turn:inference_error" and "HTTP 400" in r["error"] for r in recs
+        r["error_type"] == "multi_turn:inference_error"
+        and r["error_kind"] == "inference"
+        and r["endpoint_failure"] == "status"
+        and "HTTP 400" in r["error"]
+        for r in recs
     )
 
 

@@ -1,0 +1,258 @@
+"""The one eval runner: items → ``async one(item)`` → typed record, for BFCL, the arenas and
+training's evaluations.
+
+It owns what every eval needs and none should copy: bounded concurrency (a pool of workers),
+whole-record appends to ``results.jsonl``, progress with a known total, ``--resume`` (entries
+already recorded are skipped; ``--retry-errors`` re-runs those recorded as errors, the newer
+record replacing the older), an atomic ``summary.json``, and a watch on the endpoint: after N
+consecutive connection failures the run stops (:class:`EndpointDied`, exit 1) instead of
+recording every remaining entry as an error (a record says whether its entry failed because the
+endpoint could not be reached: ``EvalRecord.unreachable``); what was recorded stays, entries
+that failed only because the endpoint was gone are not recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from astra_agent.errors import ServerError
+from astra_agent.model import ChatModel, ModelConfig
+from astra_agent.trajectory import append_jsonl
+from eval.results import (
+    RESULTS,
+    SUMMARY,
+    R,
+    RunMeta,
+    ensure_writable_dir,
+    model_fingerprint,
+    prepare_results_dir,
+    read_results,
+    write_json_atomic,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class RunConfig(BaseModel):
+    """What every model-backed eval takes besides its own inputs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    out: Path
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    concurrency: int = Field(4, ge=1)
+    resume: bool = False
+    retry_errors: bool = Field(
+        False, description="re-run entries recorded as errors (implies resume)"
+    )
+    max_connection_failures: int = Field(
+        5, ge=1, description="consecutive connection failures after which the run stops"
+    )
+
+
+class EndpointDied(ServerError):
+    """The endpoint stopped answering in the middle of a run."""
+
+
+# ------------------------------------------------------------------ progress and results
+
+
+@dataclass(frozen=True)
+class ProgressEvent(Generic[R]):
+    """Sent once before the first item runs (``record`` None) and after each record."""
+
+    done: int
+    total: int
+    records: Sequence[R]
+    record: R | None = None
+
+
+ProgressHook = Callable[[ProgressEvent[R]], None]
+
+
+@dataclass
+class RunResult(Generic[R]):
+    records: list[R]  # one per selected item that has a record, in item order
+    total: int
+    ran: int = 0  # records written by this run
+    wall_s: float = 0.0
+
+    @property
+    def complete(self) -> bool:
+        return len(self.records) == self.total
+
+
+@dataclass
+class _Run(Generic[T, R]):
+    """The state of one :func:`run_items` call (inside the process: a plain dataclass)."""
+
+    out: Path
+    key: Callable[[T], str]
+    one: Callable[[T], Awaitable[R]]
+    total: int
+    done: dict[str, R]
+    max_failures: int
+    progress: ProgressHook[R] | None
+    ran: int = 0
+    failures: int = 0  # entries in a row that could not reach the endpoint
+    pending: list[R] = field(default_factory=list)  # connection failures, not yet recorded
+
+    def write(self, rec: R) -> None:
+        append_jsonl(self.out / RESULTS, rec, fsync=False)
+        self.done[rec.id] = rec
+        self.ran += 1
+        if self.progress:
+            records = list(self.done.values())
+            self.progress(ProgressEvent(len(records), self.total, records, rec))
+
+    def settle(self, rec: R) -> None:
+        """Record ``rec``, unless it failed only because the endpoint was unreachable: that
+        one waits until the endpoint answers again (then it is a real error) or has failed
+        ``max_connection_failures`` entries in a row (then the run stops; the waiting ones are
+        not recorded, ``--resume`` runs them)."""
+        if not rec.unreachable:
+            self.failures = 0
+            self.write(rec)
+            self.flush()
+            return
+        self.failures += 1
+        if self.failures < self.max_failures:
+            self.pending.append(rec)
+            return
+        raise EndpointDied(
+            f"the endpoint stopped answering after {self.ran} entries of this run "
+            f"({self.failures} in a row could not reach it: {rec.error}); "
+            f"{len(self.done)} of {self.total} entries are recorded",
+            hint="rerun with --resume once the endpoint is back",
+        )
+
+    def flush(self) -> None:
+        pending, self.pending = self.pending, []
+        for rec in pending:
+            self.write(rec)
+
+    async def worker(self, queue: Iterator[T]) -> None:
+        for item in queue:
+            rec = await self.one(item)
+            if rec.id != self.key(item):
+                raise ValueError(f"record id {rec.id!r} is not the item's {self.key(item)!r}")
+            self.settle(rec)
+
+
+async def run_items(
+    items: Sequence[T],
+    key: Callable[[T], str],
+    one: Callable[[T], Awaitable[R]],
+    *,
+    out: Path,
+    done: dict[str, R],
+    concurrency: int,
+    retry_errors: bool = False,
+    max_connection_failures: int = 5,
+    progress: ProgressHook[R] | None = None,
+) -> RunResult[R]:
+    """Run ``one`` over the items that ``done`` (the records already in ``out``) lacks — and,
+    with ``retry_errors``, over those recorded as errors — ``concurrency`` at a time; append
+    each record whole as it comes. Raises :class:`EndpointDied` after
+    ``max_connection_failures`` records in a row that could not reach the endpoint."""
+    ids = [key(i) for i in items]
+    if len(set(ids)) != len(ids):
+        raise ValueError("item ids are not unique")
+    wanted = set(ids)
+    run = _Run(out, key, one, len(items), {k: v for k, v in done.items() if k in wanted},
+               max_connection_failures, progress)  # fmt: skip
+    todo = [
+        i
+        for i, k in zip(items, ids, strict=True)
+        if k not in run.done or (retry_errors and run.done[k].error_kind is not None)
+    ]
+    if progress:
+        progress(ProgressEvent(len(run.done), run.total, list(run.done.values())))
+    t0 = time.monotonic()
+    queue = iter(todo)
+    workers = [asyncio.create_task(run.worker(queue)) for _ in range(min(concurrency, len(todo)))]
+    try:
+        await asyncio.gather(*workers)
+    finally:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+    run.flush()  # the endpoint failed at the very end, fewer times than the limit
+    records = [run.done[k] for k in ids if k in run.done]
+    return RunResult(records, run.total, run.ran, time.monotonic() - t0)
+
+
+# ------------------------------------------------------------------ a model-backed eval
+
+
+@dataclass(frozen=True)
+class EvalSpec(Generic[T, R]):
+    """One model-backed eval, for :func:`run_eval`."""
+
+    items: Sequence[T]
+    key: Callable[[T], str]
+    one: Callable[[T, ChatModel], Awaitable[R]]
+    record: type[R]
+    fingerprint: dict[str, Any]  # what the results depend on besides the model and sampling
+    summarize: Callable[[list[R]], dict[str, Any]]
+
+
+async def run_eval(
+    cfg: RunConfig, spec: EvalSpec[T, R], progress: ProgressHook[R] | None = None
+) -> tuple[dict[str, Any], RunResult[R]]:
+    """Check ``--out``, check the endpoint, continue the results there, run, and write
+    ``summary.json`` (also when the endpoint dies: what is recorded is summarized)."""
+    ensure_writable_dir(cfg.out)
+    model = ChatModel(cfg.model)
+    t0 = time.monotonic()
+    try:
+        served = await model.check_model()
+        meta = RunMeta(
+            fingerprint={**model_fingerprint(cfg.model, served), **spec.fingerprint},
+            base_url=cfg.model.base_url,
+        )
+        resume = cfg.resume or cfg.retry_errors
+        done = prepare_results_dir(cfg.out, meta, resume, spec.record)
+        try:
+            result = await run_items(
+                spec.items, spec.key, lambda item: spec.one(item, model), out=cfg.out,
+                done=done, concurrency=cfg.concurrency, retry_errors=cfg.retry_errors,
+                max_connection_failures=cfg.max_connection_failures, progress=progress,
+            )  # fmt: skip
+        except EndpointDied:
+            records = read_selected(cfg.out, spec)
+            _write_summary(cfg.out, spec, records, len(spec.items), served, t0)
+            raise
+    finally:
+        await model.close()
+    summary = _write_summary(cfg.out, spec, result.records, result.total, served, t0)
+    return summary, result
+
+
+def read_selected(out: Path, spec: EvalSpec[T, R]) -> list[R]:
+    """The records in ``out`` of the items ``spec`` selects, each id once."""
+    done = read_results(out / RESULTS, spec.record)
+    return [done[k] for k in map(spec.key, spec.items) if k in done]
+
+
+def _write_summary(
+    out: Path, spec: EvalSpec[T, R], records: list[R], total: int, model: str, t0: float
+) -> dict[str, Any]:
+    summary = {
+        **spec.summarize(records),
+        "total": total,
+        "complete": len(records) == total,
+        "wall_s": round(time.monotonic() - t0, 2),
+        "model": model,
+    }
+    write_json_atomic(out / SUMMARY, summary)
+    return summary
