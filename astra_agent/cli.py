@@ -13,13 +13,21 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.markup import escape
 from rich.table import Table
 
-from astra_agent.config import load_config, read_mapping
-from astra_agent.console import cli_errors, console, err_console, setup_logging
+from astra_agent.config import check_writable, load_config, read_mapping, unknown_keys
+from astra_agent.console import cli_errors, console, err_console
 from astra_agent.episode import EpisodeLimits, run_episode
 from astra_agent.errors import ConfigError
 from astra_agent.mcp_config import MCPConfig, parse_mcp_config
 from astra_agent.mcp_env import DEFAULT_TOOL_TIMEOUT_S, MCPEnvironment
-from astra_agent.model import DEFAULT_BASE_URL, ChatModel, ModelConfig
+from astra_agent.model import ChatModel, ModelConfig
+from astra_agent.options import (
+    ApiKeyOpt,
+    BaseUrlOpt,
+    ModelOpt,
+    TemperatureOpt,
+    common_callback,
+    model_overrides,
+)
 from astra_agent.trajectory import Trajectory, append_jsonl
 
 app = typer.Typer(
@@ -44,7 +52,14 @@ class AgentConfig(BaseModel):
     tool_timeout_s: float = Field(DEFAULT_TOOL_TIMEOUT_S, gt=0, alias="toolTimeout")
 
 
-# Options shared by every command.
+# Keys that other MCP clients keep beside their servers, in the files users point us at:
+# Claude Desktop (claude_desktop_config.json: globalShortcut, preferences, theme, telemetry),
+# VS Code (.vscode/mcp.json: servers, inputs), and a JSON schema reference. Read without a
+# warning; every other unknown top-level key is named (a typo would otherwise pass silently).
+OTHER_CLIENTS_KEYS = frozenset(
+    {"$schema", "globalShortcut", "inputs", "preferences", "servers", "telemetry", "theme"}
+)
+
 ConfigOpt = Annotated[
     Path | None,
     typer.Option(
@@ -54,51 +69,38 @@ ConfigOpt = Annotated[
         envvar="ASTRA_MCP_CONFIG",
     ),
 ]
-BaseUrlOpt = Annotated[
-    str | None,
-    typer.Option(
-        help=f"Default {DEFAULT_BASE_URL} (astra-serve up).",
-        envvar=["ASTRA_BASE_URL", "OPENAI_BASE_URL"],
-    ),
-]
-ModelOpt = Annotated[
-    str | None,
-    typer.Option("--model", "-m", help="Default: the first served model.", envvar="ASTRA_MODEL"),
-]
-KeyOpt = Annotated[
-    str | None, typer.Option(help="API key.", envvar=["ASTRA_API_KEY", "OPENAI_API_KEY"])
-]
 StepsOpt = Annotated[int | None, typer.Option(help="Model calls per task (default 20).")]
 TimeoutOpt = Annotated[float | None, typer.Option(help="Seconds per tool call (default 120).")]
 SystemOpt = Annotated[str | None, typer.Option(help="System prompt.")]
 StrictOpt = Annotated[bool, typer.Option(help="Fail if any MCP server fails to start.")]
 
+common_callback(app, "astra-agent")
 
-@app.callback()
-def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
-    setup_logging(verbose)
+
+def _warn_unknown_keys(raw: dict[str, Any], source: Path) -> None:
+    allowed = OTHER_CLIENTS_KEYS | {"mcpServers"}
+    for message in unknown_keys(raw, AgentConfig, allowed=allowed):
+        err_console.print(f"[yellow]warning:[/] {escape(message)} in {escape(str(source))}")
 
 
 def _load(
     config: Path | None,
-    base_url: str | None,
-    model: str | None,
-    api_key: str | None,
+    model_flags: dict[str, Any],
     max_steps: int | None,
     tool_timeout: float | None,
     system: str | None,
     strict: bool,
 ) -> tuple[AgentConfig, MCPConfig]:
     raw = read_mapping(config) if config else {}
+    if config:
+        _warn_unknown_keys(raw, config)
     overrides: dict[str, Any] = {
-        "model": {"base_url": base_url, "model": model, "api_key": api_key},
-        "limits": {"max_steps": max_steps},
+        "model": model_flags,
+        "limits": {"max_steps": max_steps} if max_steps is not None else {},
         "system": system,
         "toolTimeout": tool_timeout,
         "strict": strict or None,
     }
-    overrides["model"] = {k: v for k, v in overrides["model"].items() if v is not None}
-    overrides["limits"] = {k: v for k, v in overrides["limits"].items() if v is not None}
     cfg = load_config(AgentConfig, config, overrides, env_prefix="ASTRA_AGENT_")
     mcp = parse_mcp_config(raw, source=str(config)) if config and raw else MCPConfig()
     # The episode's own guard sits above every server's timeout, so the server's wording wins.
@@ -183,7 +185,8 @@ def run(
     config: ConfigOpt = None,
     base_url: BaseUrlOpt = None,
     model: ModelOpt = None,
-    api_key: KeyOpt = None,
+    api_key: ApiKeyOpt = None,
+    temperature: TemperatureOpt = None,
     max_steps: StepsOpt = None,
     tool_timeout: TimeoutOpt = None,
     system: SystemOpt = None,
@@ -196,7 +199,10 @@ def run(
 
     Example: astra-agent run "What time is it in Tokyo?" --config mcp.json --save runs.jsonl
     """
-    cfg, mcp = _load(config, base_url, model, api_key, max_steps, tool_timeout, system, strict)
+    if save:
+        check_writable(save, "--save")  # now, not after the episode: its trajectory would be lost
+    flags = model_overrides(base_url, model, api_key, temperature)
+    cfg, mcp = _load(config, flags, max_steps, tool_timeout, system, strict)
     traj = asyncio.run(_run(cfg, mcp, task, show_reasoning))
     if save:
         append_jsonl(save, traj)
@@ -223,7 +229,7 @@ def tools(
     """
     if config is None:
         raise ConfigError("no MCP config given", hint="pass --config mcp.json")
-    cfg, mcp = _load(config, None, None, None, None, tool_timeout, None, strict)
+    cfg, mcp = _load(config, {}, None, tool_timeout, None, strict)
 
     async def go() -> tuple[list[Any], dict[str, tuple[str, str]]]:
         env = await _open_env(mcp, cfg)
@@ -249,7 +255,8 @@ def chat(
     config: ConfigOpt = None,
     base_url: BaseUrlOpt = None,
     model: ModelOpt = None,
-    api_key: KeyOpt = None,
+    api_key: ApiKeyOpt = None,
+    temperature: TemperatureOpt = None,
     max_steps: StepsOpt = None,
     tool_timeout: TimeoutOpt = None,
     system: SystemOpt = None,
@@ -263,5 +270,8 @@ def chat(
     """
     from astra_agent.chat import chat_loop
 
-    cfg, mcp = _load(config, base_url, model, api_key, max_steps, tool_timeout, system, strict)
+    if save:
+        check_writable(save, "--save")
+    flags = model_overrides(base_url, model, api_key, temperature)
+    cfg, mcp = _load(config, flags, max_steps, tool_timeout, system, strict)
     asyncio.run(chat_loop(cfg, mcp, save, show_reasoning, _open_env))

@@ -7,11 +7,13 @@ environment with a double underscore: ``ASTRA_SAMPLING__TEMPERATURE=0.6``.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -23,21 +25,88 @@ M = TypeVar("M", bound=BaseModel)
 ENV_PREFIX = "ASTRA_"
 
 
+def read_text(path: str | Path, what: str = "file") -> str:
+    """A UTF-8 text file the user named, or a ConfigError that says what is wrong with it."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{what} {p} is a directory, not a file")
+    if not p.is_file():
+        raise ConfigError(f"{what} not found: {p}")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = p.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{p} is not UTF-8 text (byte {exc.start}, line {line}: {exc.reason})",
+            hint="it must be UTF-8 text: is it the right file?",
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {p}: {exc.strerror or exc}") from None
+
+
+def check_writable(path: str | Path, what: str, *, kind: Literal["file", "dir"] = "file") -> Path:
+    """Fail now, before any work, if ``path`` cannot be written later: an existing file that
+    cannot be opened for appending, a directory in its place, or no writable directory to
+    create it in. ``kind="dir"``: ``path`` is a directory that will be created (or replaced)."""
+    p = Path(path)
+    if kind == "file" and p.is_dir():
+        raise ConfigError(f"{what} {p} is a directory", hint="name a file")
+    if kind == "file" and p.exists():
+        try:
+            os.close(os.open(p, os.O_WRONLY | os.O_APPEND))
+        except OSError as exc:
+            raise ConfigError(f"{what} {p} is not writable: {exc.strerror}") from None
+        return p
+    parent = p.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{what} {p} cannot be created: {parent} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"{what} {p} cannot be created: {parent} is not writable ({exc.strerror})",
+            hint="pick a path in a writable directory",
+        ) from None
+    return p
+
+
 def read_mapping(path: str | Path) -> dict[str, Any]:
     """Read a YAML or JSON file that must hold a mapping."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
-    text = p.read_text(encoding="utf-8")
+    text = read_text(p, "config file")
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+    except (ValueError, RecursionError, yaml.YAMLError) as exc:
+        # ValueError: JSONDecodeError, and integers of over 4,300 digits; RecursionError: nesting
         raise ConfigError(f"{p} is not valid {p.suffix.lstrip('.') or 'YAML'}: {exc}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{p} must hold a mapping at the top level, got {type(data).__name__}")
     return data
+
+
+def unknown_keys(
+    data: Mapping[str, Any], model: type[BaseModel], *, allowed: Iterable[str] = ()
+) -> list[str]:
+    """One message per top-level key of ``data`` that neither ``model`` (its fields and their
+    aliases) nor ``allowed`` names, with a "did you mean" where a known key is close."""
+    known = set(allowed)
+    for name, info in model.model_fields.items():
+        known |= {name, info.alias} if info.alias else {name}
+    by_lower = {k.lower(): k for k in sorted(known)}
+    out = []
+    for key in map(str, data):
+        if key in known:
+            continue
+        close = difflib.get_close_matches(key.lower(), by_lower, n=1, cutoff=0.7)
+        out.append(
+            f"unknown key {key!r}" + (f" (did you mean {by_lower[close[0]]!r}?)" if close else "")
+        )
+    return out
 
 
 def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import ParamSpec, TypeVar
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from astra_agent.errors import AstraError
 
@@ -34,9 +35,10 @@ def setup_logging(verbose: bool = False) -> None:
 
 def fail(exc: AstraError) -> typer.Exit:
     """Print ``exc`` as one clear message and return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False, markup=True)
+    # Escaped: a path or a server's words may hold brackets that rich would take as markup.
+    err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False)
     if exc.hint:
-        err_console.print(f"[yellow]hint:[/] {exc.hint}", highlight=False)
+        err_console.print(f"[yellow]hint:[/] {escape(exc.hint)}", highlight=False)
     return typer.Exit(exc.exit_code)
 
 

@@ -5,14 +5,29 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
+from collections import deque
 from pathlib import Path
-from typing import Annotated, Any
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.console import Group
+from rich.live import Live
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.spinner import Spinner
 from rich.table import Table
+from rich.text import Text
 
-from astra_agent.console import cli_errors, console, err_console, setup_logging
+from astra_agent.config import check_writable, load_config
+from astra_agent.console import cli_errors, console, err_console
+from astra_agent.errors import ServerError
+from astra_agent.model import ModelConfig
+from astra_agent.options import ApiKeyOpt, BaseUrlOpt, ModelOpt, common_callback, model_overrides
+
+if TYPE_CHECKING:
+    from serving.server import VLLMServer
 
 app = typer.Typer(
     name="astra-serve",
@@ -24,9 +39,7 @@ app = typer.Typer(
 )
 
 
-@app.callback()
-def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
-    setup_logging(verbose)
+common_callback(app, "astra-serve")
 
 
 def _home() -> Path:
@@ -59,6 +72,7 @@ def tiny(
     """
     from serving.tiny import Script, TinySpec, build_tiny_checkpoint
 
+    check_writable(out, "OUT", kind="dir")
     try:
         args = json.loads(arguments)
     except json.JSONDecodeError as exc:
@@ -119,8 +133,51 @@ def convert(
     )
 
 
-def _interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
+class StopRequested(KeyboardInterrupt):
+    """A signal asked `astra-serve up` to stop (a stop asked for: exit 0)."""
+
+
+def _stop_on_signals(server: VLLMServer) -> None:
+    """SIGINT and SIGTERM both stop the server. Installed explicitly, since a shell starts a
+    background job (`astra-serve up &`) with SIGINT ignored. SIGHUP (the terminal closed) stops
+    it too, unless ignored (`nohup`): vLLM runs in its own session and would not get it. The
+    first signal unwinds `up`; a later one, during the stop, skips vLLM's grace period."""
+    asked: list[str] = []
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        if asked:
+            server.stop_now.set()
+            return
+        asked.append(signal.Signals(signum).name)
+        raise StopRequested(asked[0])
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, handler)
+
+
+def _start_showing_log(server: VLLMServer) -> str:
+    """Start vLLM, showing its log as it starts: a live tail of the last lines on a terminal,
+    every line (prefixed) otherwise."""
+    if not err_console.is_terminal:
+        return server.start(lambda line: err_console.print(f"vllm| {line}", markup=False))
+    lines: deque[str] = deque(maxlen=8)
+    spinner = Spinner("dots", text=f"starting vLLM (log: {server.log_file})")
+
+    def view() -> Group:
+        return Group(
+            spinner,
+            *(Text(f"  {ln}", style="dim", no_wrap=True, overflow="ellipsis") for ln in lines),
+        )
+
+    with Live(view(), console=err_console, transient=True, refresh_per_second=8) as live:
+
+        def on_log(line: str) -> None:
+            lines.append(line)
+            live.update(view())
+
+        return server.start(on_log)
 
 
 def _serve_config(model: Path | None, profile: str | None, config: Path | None, **flags: Any):
@@ -131,10 +188,19 @@ def _serve_config(model: Path | None, profile: str | None, config: Path | None, 
     return load_serve_config(profile, config, model=model, **flags)
 
 
+DTYPE_HELP = (
+    "bfloat16 (default: the precision ASTRA was trained in, although verl saved it as "
+    "float32), float16, float32 (twice the memory, nothing gained), or auto (the checkpoint's "
+    "own; vLLM downcasts float32 to the platform's preferred 16-bit type)."
+)
+
+
 @app.command()
 @cli_errors
 def up(
-    model: Annotated[Path | None, typer.Option(help="Converted (bf16) checkpoint dir.")] = None,
+    model: Annotated[
+        Path | None, typer.Option("--model", "-m", help="Converted (bf16) checkpoint dir.")
+    ] = None,
     profile: Annotated[
         str | None, typer.Option(help="tiny-cpu (default), astra-14b or astra-32b.")
     ] = None,
@@ -144,15 +210,20 @@ def up(
     served_model_name: Annotated[str | None, typer.Option()] = None,
     max_model_len: Annotated[int | None, typer.Option()] = None,
     tensor_parallel_size: Annotated[str | None, typer.Option(help="N or auto.")] = None,
+    dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP, show_default=False)] = None,
     api_key: Annotated[
-        str | None, typer.Option(help="Required off loopback. Env: ASTRA_SERVE_API_KEY.")
+        str | None,
+        typer.Option("--api-key", "-k", help="Required off loopback. Env: ASTRA_SERVE_API_KEY."),
     ] = None,
     startup_timeout: Annotated[float | None, typer.Option(help="Seconds.")] = None,
-    dry_run: Annotated[bool, typer.Option(help="Print the vLLM command and exit.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option(help="Print the vLLM command line (with its environment) and exit.")
+    ] = False,
 ) -> None:
-    """Serve a checkpoint with vLLM (tool calls and reasoning parsed) until Ctrl-C.
+    """Serve a checkpoint with vLLM (tool calls and reasoning parsed) until Ctrl-C or SIGTERM.
 
-    Example: astra-serve up --model ./ASTRA-14B-bf16 --profile astra-14b --port 8000
+    Stops vLLM's whole process tree on SIGINT or SIGTERM and exits 0. Example:
+    astra-serve up --model ./ASTRA-14B-bf16 --profile astra-14b --port 8000
     """
     from serving.server import VLLMServer
 
@@ -165,24 +236,36 @@ def up(
         served_model_name=served_model_name,
         max_model_len=max_model_len,
         tensor_parallel_size=tensor_parallel_size,
+        dtype=dtype,
         api_key=api_key,
         startup_timeout_s=startup_timeout,
     )
     server = VLLMServer(cfg)
     if dry_run:
-        console.print(" ".join(server.preflight()), soft_wrap=True, highlight=False)
+        line = server.shell_command()
+        for warning in server.warnings:
+            err_console.print(f"[yellow]warning:[/] {escape(warning)}")
+        sys.stdout.write(line + "\n")
         return
-    signal.signal(signal.SIGTERM, _interrupt)
-    with console.status(f"starting vLLM (log: {server.log_file})"):
-        base_url = server.start()
+    _serve(server)
+
+
+def _serve(server: VLLMServer) -> None:
+    _stop_on_signals(server)
     try:
-        console.print(f"[green]ready[/] {base_url}  model={cfg.served_model_name}")
+        server.preflight()  # its errors and warnings before the start-up display
+        for warning in server.warnings:
+            err_console.print(f"[yellow]warning:[/] {escape(warning)}")
+        base_url = _start_showing_log(server)
+        console.print(f"[green]ready[/] {base_url}  model={server.cfg.served_model_name}")
         console.print(f"try: astra-serve check --base-url {base_url}", highlight=False)
         code = server.wait()
-        raise typer.Exit(1 if code else 0)
-    except KeyboardInterrupt:
-        err_console.print("stopping vLLM …")
-        raise
+        raise ServerError(f"vLLM exited by itself with code {code}; log: {server.log_file}")
+    except StopRequested as asked:
+        err_console.print(f"{asked}: stopping vLLM …", highlight=False)
+        server.stop()
+        err_console.print("vLLM stopped")
+        raise typer.Exit(0) from None
     finally:
         server.stop()
 
@@ -190,11 +273,9 @@ def up(
 @app.command()
 @cli_errors
 def check(
-    base_url: Annotated[str, typer.Option(help="e.g. http://127.0.0.1:8000/v1")] = (
-        "http://127.0.0.1:8000/v1"
-    ),
-    api_key: Annotated[str | None, typer.Option(envvar=["ASTRA_API_KEY", "OPENAI_API_KEY"])] = None,
-    model: Annotated[str | None, typer.Option(help="Default: the first model listed.")] = None,
+    base_url: BaseUrlOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
     strict: Annotated[
         bool, typer.Option(help="Also fail when no tool call or reasoning is observed.")
     ] = False,
@@ -205,14 +286,15 @@ def check(
     """
     from serving.endpoint_check import check_endpoint
 
-    report = check_endpoint(base_url, api_key, model)
-    table = Table(title=f"{base_url}  model={report.model}")
+    cfg = load_config(ModelConfig, None, model_overrides(base_url, model, api_key), environ={})
+    report = check_endpoint(cfg.base_url, cfg.api_key, cfg.model, sampling=cfg)
+    table = Table(title=f"{cfg.base_url}  model={report.model}")
     table.add_column("check")
     table.add_column("result")
     table.add_column("detail", overflow="fold")
     for c in report.checks:
         mark = {True: "[green]pass", False: "[red]FAIL", None: "[yellow]not seen"}[c.ok]
-        table.add_row(c.name, mark, c.detail)
+        table.add_row(c.name, mark, escape(c.detail))
     console.print(table)
     if not report.passed(strict):
         raise typer.Exit(1)

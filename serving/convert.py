@@ -25,6 +25,7 @@ from typing import BinaryIO
 
 import torch
 
+from astra_agent.config import check_writable
 from astra_agent.errors import CheckpointError, ConfigError
 from serving.checkpoint import (
     HFCheckpoint,
@@ -347,6 +348,7 @@ def convert_checkpoint(
         raise ConfigError("DST must not be SRC or lie inside it")
     if dst.exists() and not overwrite:
         raise ConfigError(f"{dst} already exists", hint="pass --overwrite to replace it")
+    check_writable(dst, "DST", kind="dir")  # before the merge and the conversion, not after
     actor = None if (src / "config.json").is_file() else find_verl_actor(src)
     if actor is None:
         open_hf_checkpoint(src)  # validate everything before writing anything

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from astra_agent.errors import ServerError
-from astra_agent.model import reasoning_field
+from astra_agent.model import ModelConfig, reasoning_field
 
 CHECK_TOOL = {
     "type": "function",
@@ -28,6 +28,7 @@ CHECK_TOOL = {
 }
 CHECK_MESSAGES = [{"role": "user", "content": "What time is it in UTC? Use the tool."}]
 TAGS = ("<tool_call>", "</tool_call>", "<think>", "</think>")
+PROBE_TIMEOUT_S = 10.0  # listing models: a server that accepts but never answers fails fast
 
 
 @dataclass
@@ -59,9 +60,19 @@ class CheckReport:
         return all(c.ok or (c.ok is None and not strict) for c in self.checks)
 
 
-def _plain(client: Any, model: str, max_tokens: int) -> Reply:
+def sampling_kwargs(cfg: ModelConfig) -> dict[str, Any]:
+    """The sampling an agent run sends (ModelConfig's), as ``chat.completions.create`` takes it."""
+    extra = {k: v for k, v in (("top_k", cfg.top_k), ("min_p", cfg.min_p)) if v is not None}
+    return {
+        "temperature": cfg.temperature,
+        "top_p": cfg.top_p,
+        "extra_body": {**extra, **cfg.extra_body},
+    }
+
+
+def _plain(client: Any, model: str, max_tokens: int, sampling: dict[str, Any]) -> Reply:
     r = client.chat.completions.create(
-        model=model, messages=CHECK_MESSAGES, tools=[CHECK_TOOL], max_tokens=max_tokens
+        model=model, messages=CHECK_MESSAGES, tools=[CHECK_TOOL], max_tokens=max_tokens, **sampling
     )
     msg = r.choices[0].message
     reasoning, where = reasoning_field(msg)
@@ -72,7 +83,7 @@ def _plain(client: Any, model: str, max_tokens: int) -> Reply:
     return Reply(msg.content or "", reasoning, where, calls, r.choices[0].finish_reason)
 
 
-def _streamed(client: Any, model: str, max_tokens: int) -> Reply:
+def _streamed(client: Any, model: str, max_tokens: int, sampling: dict[str, Any]) -> Reply:
     reply = Reply()
     calls: dict[int, dict[str, Any]] = {}
     stream = client.chat.completions.create(
@@ -81,6 +92,7 @@ def _streamed(client: Any, model: str, max_tokens: int) -> Reply:
         tools=[CHECK_TOOL],
         max_tokens=max_tokens,
         stream=True,
+        **sampling,
     )
     for chunk in stream:
         if not chunk.choices:
@@ -148,6 +160,36 @@ def _judge(kind: str, reply: Reply) -> list[Check]:
     return out
 
 
+def _cause(exc: BaseException) -> str:
+    """The innermost cause's words (the SDK's own message is a bare "Connection error.")."""
+    seen: set[int] = set()
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _list_models(client: Any, base_url: str) -> list[str]:
+    import openai
+
+    try:
+        return [m.id for m in client.with_options(timeout=PROBE_TIMEOUT_S).models.list()]
+    except openai.AuthenticationError as exc:
+        raise ServerError(f"{base_url} refused the API key: {exc}") from exc
+    except openai.APITimeoutError as exc:
+        raise ServerError(
+            f"{base_url} accepted the connection but did not answer within {PROBE_TIMEOUT_S:.0f} s",
+            hint="is it an OpenAI-compatible server, and is it still starting?",
+        ) from exc
+    except openai.APIConnectionError as exc:
+        raise ServerError(
+            f"cannot reach {base_url}: {_cause(exc)}",
+            hint=f"is a server running at {base_url}? start one with `astra-serve up`",
+        ) from exc
+    except openai.APIError as exc:
+        raise ServerError(f"{base_url}/models failed: {exc}") from exc
+
+
 def check_endpoint(
     base_url: str,
     api_key: str | None = None,
@@ -155,22 +197,17 @@ def check_endpoint(
     *,
     timeout: float = 120.0,
     max_tokens: int = 256,
+    sampling: ModelConfig | None = None,
 ) -> CheckReport:
-    """Run the endpoint checks; raise ServerError only if the endpoint cannot be reached."""
+    """Run the endpoint checks with an agent's sampling (``sampling``, default ModelConfig's);
+    raise ServerError only if the endpoint cannot be reached."""
     import openai
 
     client = openai.OpenAI(
         base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout, max_retries=1
     )
     report = CheckReport(base_url=base_url)
-    try:
-        models = [m.id for m in client.models.list()]
-    except openai.AuthenticationError as exc:
-        raise ServerError(f"{base_url} refused the API key: {exc}") from exc
-    except openai.APIConnectionError as exc:
-        raise ServerError(f"cannot reach {base_url}: {exc}") from exc
-    except openai.APIError as exc:
-        raise ServerError(f"{base_url}/models failed: {exc}") from exc
+    models = _list_models(client, base_url)
     if model is not None and model not in models:
         report.checks.append(Check("models", False, f"{model!r} not served; served: {models}"))
         return report
@@ -178,9 +215,10 @@ def check_endpoint(
     report.checks.append(Check("models", bool(models), ", ".join(models) or "none listed"))
     if report.model is None:
         return report
+    kwargs = sampling_kwargs(sampling or ModelConfig())
     for kind, fn in (("chat", _plain), ("stream", _streamed)):
         try:
-            reply = fn(client, report.model, max_tokens)
+            reply = fn(client, report.model, max_tokens, kwargs)
         except openai.APIError as exc:
             report.checks.append(Check(f"{kind}: request", False, str(exc)[:300]))
             continue

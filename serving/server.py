@@ -10,11 +10,14 @@ import ipaddress
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from astra_agent.config import load_config
 from astra_agent.errors import ConfigError, ServerError
-from serving.checkpoint import open_hf_checkpoint
+from serving.checkpoint import HFCheckpoint, open_hf_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +184,68 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+class LogFollower:
+    """The lines appended to a log file since the last call (a live tail of vLLM's start-up)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def new_lines(self) -> list[str]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                data = f.read(1 << 20)
+        except OSError:
+            return []
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).replace(b"\r", b"\n").split(b"\n")
+        return [s for raw in lines if (s := raw.decode(errors="replace").rstrip())]
+
+
+def weights_dtype(ckpt: HFCheckpoint) -> str | None:
+    """The dtype most of a checkpoint's floating-point bytes are in (safetensors headers;
+    config.json's ``dtype``/``torch_dtype`` for .bin checkpoints)."""
+    nbytes: dict[str, int] = {}
+    for shard in ckpt.shards:
+        for t in shard.tensors:
+            if t.dtype.startswith(("F", "BF")):
+                nbytes[t.dtype] = nbytes.get(t.dtype, 0) + t.nbytes
+    if nbytes:
+        name = max(nbytes, key=lambda k: nbytes[k])
+        return {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}.get(name, name)
+    try:
+        cfg = json.loads((ckpt.root / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = cfg.get("dtype") or cfg.get("torch_dtype")
+    return value if isinstance(value, str) else None
+
+
+def dtype_warning(cfg: ServeConfig, stored: str | None) -> str | None:
+    """What to tell a user who serves float32 weights, or serves in float32."""
+    if cfg.dtype == "float32":
+        return (
+            "--dtype float32 doubles the memory of weights and KV cache and runs slower; "
+            "ASTRA was trained in bf16, so --dtype bfloat16 (the default) loses nothing"
+        )
+    if stored == "float32":
+        return (
+            f"{cfg.model} holds float32 weights (as verl saves ASTRA): vLLM casts them to "
+            f"{'16 bits' if cfg.dtype == 'auto' else cfg.dtype} at every start, reading twice "
+            f"the bytes; convert once with `astra-serve convert {cfg.model} "
+            f"{cfg.model}-bf16` and serve that"
+        )
+    return None
+
+
+def _sigint_default() -> None:
+    # A shell starts background jobs with SIGINT ignored, and an ignored signal stays ignored
+    # across exec: vLLM would not see stop()'s SIGINT until it installs its own handlers.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class VLLMServer:
     """A supervised vLLM server: ``with VLLMServer(cfg) as srv: srv.base_url``."""
 
@@ -194,12 +259,14 @@ class VLLMServer:
         self.base_url = f"http://{host}:{cfg.port}/v1"
         log_dir = Path(os.environ.get("ASTRA_HOME", Path.home() / ".cache" / "astra")) / "logs"
         self.log_file = cfg.log_file or log_dir / f"vllm-{cfg.port}.log"
+        self.warnings: list[str] = []  # filled by preflight(): things to tell the user
+        self.stop_now = threading.Event()  # set: stop() skips the grace period (a 2nd Ctrl-C)
 
     # ------------------------------------------------------------------ checks
     def preflight(self) -> list[str]:
         cfg = self.cfg
         assert cfg.model is not None
-        open_hf_checkpoint(Path(cfg.model))  # a clear error if it is not a checkpoint
+        ckpt = open_hf_checkpoint(Path(cfg.model))  # a clear error if it is not a checkpoint
         if not is_loopback(cfg.host) and not cfg.api_key:
             raise ConfigError(
                 f"binding to {cfg.host} exposes the server beyond this machine",
@@ -209,16 +276,35 @@ class VLLMServer:
             raise ConfigError(
                 f"port {cfg.port} on {cfg.host} is already in use", hint="pick another --port"
             )
+        warning = dtype_warning(cfg, weights_dtype(ckpt))
+        self.warnings = [warning] if warning else []
         return vllm_command(cfg, serving_python(cfg))
 
+    def launch_env(self) -> dict[str, str]:
+        """The environment variables the launcher adds to its own for vLLM."""
+        out = {}
+        if (
+            self.cfg.cpu_kvcache_space_gib
+            and gpu_count() == 0
+            and "VLLM_CPU_KVCACHE_SPACE" not in os.environ
+        ):
+            out["VLLM_CPU_KVCACHE_SPACE"] = str(self.cfg.cpu_kvcache_space_gib)
+        return out
+
+    def shell_command(self) -> str:
+        """The launch as one copy-pasteable shell line: ``VAR=value … python -m vllm… ARGS``."""
+        cmd = self.preflight()
+        env = [f"{k}={shlex.quote(v)}" for k, v in self.launch_env().items()]
+        return " ".join([*env, shlex.join(cmd)])
+
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> str:
+    def start(self, on_log: Callable[[str], None] | None = None) -> str:
+        """Launch vLLM and wait until it answers; ``on_log`` gets its log lines meanwhile."""
         cmd = self.preflight()
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        if self.cfg.cpu_kvcache_space_gib and gpu_count() == 0:
-            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.cfg.cpu_kvcache_space_gib))
-        log.info("starting vLLM: %s", " ".join(cmd))
+        env = {**os.environ, **self.launch_env()}
+        log.info("starting vLLM: %s", shlex.join(cmd))
+        ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         with self.log_file.open("wb") as logf:
             self.proc = subprocess.Popen(
                 cmd,
@@ -227,34 +313,41 @@ class VLLMServer:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,
+                preexec_fn=_sigint_default if ignored else None,
             )
         try:
-            self.wait_ready()
+            self.wait_ready(on_log)
         except BaseException:
             self.stop()
             raise
         return self.base_url
 
-    def wait_ready(self) -> None:
+    def _answers(self, client: httpx.Client) -> bool:
+        headers = {"Authorization": f"Bearer {self.cfg.api_key}"} if self.cfg.api_key else {}
+        try:
+            if client.get(f"{self.base_url.removesuffix('/v1')}/health").status_code != 200:
+                return False
+            return client.get(f"{self.base_url}/models", headers=headers).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def wait_ready(self, on_log: Callable[[str], None] | None = None) -> None:
         assert self.proc is not None
         deadline = time.monotonic() + self.cfg.startup_timeout_s
-        root = self.base_url.removesuffix("/v1")
-        headers = {"Authorization": f"Bearer {self.cfg.api_key}"} if self.cfg.api_key else {}
+        follow = LogFollower(self.log_file)
         with httpx.Client(timeout=5.0) as client:
             while True:
+                if on_log is not None:
+                    for line in follow.new_lines():
+                        on_log(line)
                 code = self.proc.poll()
                 if code is not None:
                     raise ServerError(
                         f"vLLM exited with code {code} during start-up; log tail "
                         f"({self.log_file}):\n{_tail(self.log_file)}"
                     )
-                try:
-                    if client.get(f"{root}/health").status_code == 200:
-                        r = client.get(f"{self.base_url}/models", headers=headers)
-                        if r.status_code == 200:
-                            return
-                except httpx.HTTPError:
-                    pass
+                if self._answers(client):
+                    return
                 if time.monotonic() > deadline:
                     raise ServerError(
                         f"vLLM did not answer within {self.cfg.startup_timeout_s:.0f} s; "
@@ -263,7 +356,8 @@ class VLLMServer:
                 time.sleep(0.5)
 
     def stop(self, grace_s: float = 20.0) -> None:
-        """SIGINT the whole process group, then SIGKILL whatever is left after ``grace_s``."""
+        """SIGINT the whole process group, then SIGKILL whatever is left after ``grace_s`` (or
+        at once when ``stop_now`` is set, e.g. by a second Ctrl-C)."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
@@ -276,7 +370,7 @@ class VLLMServer:
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline:
                 proc.poll()  # reap the leader so that it does not linger as a zombie
-                if not group_members(pgid):
+                if not group_members(pgid) or (sig == signal.SIGINT and self.stop_now.is_set()):
                     break
                 time.sleep(0.1)
             if not group_members(pgid):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -128,3 +129,87 @@ def test_bad_config_is_a_usage_error(tmp_path: Path, server: ScriptedServer) -> 
     assert out.returncode == 2 and "needs either 'command'" in out.stderr
     out = agent("run", "x", "-c", str(tmp_path / "missing.json"))
     assert out.returncode == 2 and "not found" in out.stderr
+
+
+def flat(text: str) -> str:
+    """Rich wraps at the terminal's width: compare words, not line breaks."""
+    return " ".join(text.split())
+
+
+def test_version() -> None:
+    out = agent("--version")
+    assert out.returncode == 0 and out.stdout.startswith("astra-agent ")
+
+
+def test_astra_base_url_is_honoured(config: Path) -> None:
+    from tests.conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    env = {"ASTRA_BASE_URL": url, "ASTRA_AGENT_MODEL__MAX_RETRIES": "0"}
+    out = agent("run", "x", "-c", str(config), env=env)
+    assert out.returncode == 1 and url in flat(out.stderr), out.stderr
+
+
+def test_unknown_config_keys_are_warned_about_by_name(tmp_path: Path) -> None:
+    cfg = tmp_path / "claude_desktop_config.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "mcpServers": {"fx": FIXTURE},
+                "modle": {},
+                "globalShortcut": "Ctrl+Space",
+                "inputs": [],
+                "toolTimout": 3,
+            }
+        )
+    )
+    out = agent("tools", "-c", str(cfg))
+    assert out.returncode == 0, out.stderr
+    err = flat(out.stderr)
+    assert "unknown key 'modle' (did you mean 'model'?)" in err
+    assert "unknown key 'toolTimout' (did you mean 'toolTimeout'?)" in err
+    assert "globalShortcut" not in err and "inputs" not in err
+
+
+@pytest.mark.parametrize(
+    "data,needle",
+    [
+        (b'{"mcpServers": {"x": {"command": "caf\xe9"}}}', "is not UTF-8 text"),
+        (bytes(range(256)), "is not UTF-8 text"),
+    ],
+)
+def test_undecodable_config_is_one_line(tmp_path: Path, data: bytes, needle: str) -> None:
+    bad = tmp_path / "mcp.json"
+    bad.write_bytes(data)
+    out = agent("run", "x", "-c", str(bad))
+    assert out.returncode == 2 and needle in flat(out.stderr), out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def _read_only(path: Path) -> list[str]:
+    """A command prefix that mounts ``path`` read-only (bubblewrap: holds for root too)."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("no bubblewrap")
+    return ["bwrap", "--bind", "/", "/", "--ro-bind", str(path), str(path), "--dev", "/dev",
+            "--proc", "/proc"]  # fmt: skip
+
+
+def test_unwritable_save_fails_before_the_episode(
+    server: ScriptedServer, config: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "afile").write_text("x")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    for save, needle in [
+        (tmp_path / "afile" / "runs.jsonl", "afile is not a directory"),
+        (ro / "runs.jsonl", "is not writable (Read-only file system)"),
+    ]:
+        prefix = _read_only(ro) if save.parent == ro else []
+        out = subprocess.run(
+            [*prefix, sys.executable, "-m", "astra_agent", "run", "x", "-c", str(config),
+             "--base-url", server.base_url, "--save", str(save)],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"},
+        )  # fmt: skip
+        assert out.returncode == 2 and needle in flat(out.stderr), out.stderr
+        assert "Traceback" not in out.stderr
+    assert server.requests == []  # checked before the model was asked anything

@@ -1,9 +1,9 @@
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
-from astra_agent.config import load_config
+from astra_agent.config import check_writable, load_config, read_mapping, unknown_keys
 from astra_agent.errors import AstraError, ConfigError, ServerError
 
 
@@ -57,3 +57,59 @@ def test_error_exit_codes() -> None:
     assert ServerError("x").exit_code == 1
     assert isinstance(ServerError("x"), AstraError)
     assert "hint: do y" in str(ConfigError("x", hint="do y"))
+
+
+# --------------------------------------------------------------------------- bad input files
+
+
+@pytest.mark.parametrize(
+    "name,data,needle",
+    [
+        ("c.json", b'{"name": "caf\xe9"}', r"not UTF-8 text \(byte 13, line 1"),
+        ("c.yaml", b"name: x\nport: \xff\xfe\n", r"not UTF-8 text \(byte 14, line 2"),
+        ("c.json", b"[" * 100_000, "not valid json"),  # RecursionError inside json
+        ("c.json", b'{"port": ' + b"9" * 5000 + b"}", "not valid json"),  # int over 4300 digits
+    ],
+)
+def test_undecodable_files_are_config_errors(
+    tmp_path: Path, name: str, data: bytes, needle: str
+) -> None:
+    f = tmp_path / name
+    f.write_bytes(data)
+    with pytest.raises(ConfigError, match=needle):
+        load_config(Cfg, f, environ={})
+
+
+def test_a_directory_is_not_a_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is a directory"):
+        read_mapping(tmp_path)
+
+
+def test_unknown_keys_named_with_did_you_mean() -> None:
+    class Agent(BaseModel):
+        model_config = ConfigDict(extra="allow", populate_by_name=True)
+        model: Sampling = Sampling()
+        tool_timeout_s: float = Field(1.0, alias="toolTimeout")
+
+    data = {"modle": {}, "tooltimeout": 1, "toolTimeout": 2, "model": {}, "zzz": 1, "inputs": []}
+    assert unknown_keys(data, Agent, allowed={"mcpServers", "inputs"}) == [
+        "unknown key 'modle' (did you mean 'model'?)",
+        "unknown key 'tooltimeout' (did you mean 'toolTimeout'?)",
+        "unknown key 'zzz'",
+    ]
+    assert unknown_keys({"mcpServer": {}}, Agent, allowed={"mcpServers"}) == [
+        "unknown key 'mcpServer' (did you mean 'mcpServers'?)"
+    ]
+
+
+def test_check_writable(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    assert check_writable(tmp_path / "new" / "deeper" / "runs.jsonl", "--save")
+    assert check_writable(tmp_path / "afile", "--save")  # an existing file, appendable
+    with pytest.raises(ConfigError, match=r"--save .* is a directory"):
+        check_writable(tmp_path, "--save")
+    with pytest.raises(ConfigError, match="afile is not a directory"):
+        check_writable(tmp_path / "afile" / "runs.jsonl", "--save")
+    with pytest.raises(ConfigError, match="afile is not a directory"):
+        check_writable(tmp_path / "afile" / "out", "DST", kind="dir")
+    assert list(tmp_path.iterdir()) == [tmp_path / "afile"]  # nothing created by checking

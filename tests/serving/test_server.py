@@ -1,19 +1,27 @@
 """The launcher: profiles, the vLLM command, and failures before and during start-up."""
 
+import shlex
+import signal
 import socket
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from astra_agent.errors import CheckpointError, ConfigError, ServerError
 from serving.server import (
+    LogFollower,
     ServeConfig,
     VLLMServer,
+    dtype_warning,
     group_members,
     load_serve_config,
     profile_names,
     vllm_command,
+    weights_dtype,
 )
 from tests.conftest import free_port, tiny_serve_config
 
@@ -109,10 +117,10 @@ def test_startup_timeout_kills_the_whole_group(tiny_bf16: Path, tmp_path: Path) 
     pgids: list[int] = []
     orig = server.wait_ready
 
-    def spy() -> None:
+    def spy(on_log: Callable[[str], None] | None = None) -> None:
         assert server.proc is not None
         pgids.append(server.proc.pid)
-        orig()
+        orig(on_log)
 
     server.wait_ready = spy  # type: ignore[method-assign]
     t0 = time.monotonic()
@@ -124,3 +132,63 @@ def test_startup_timeout_kills_the_whole_group(tiny_bf16: Path, tmp_path: Path) 
 
 def test_free_port_helper() -> None:
     assert 1024 < free_port() < 65536
+
+
+def test_log_follower_returns_each_new_line_once(tmp_path: Path) -> None:
+    log = tmp_path / "v.log"
+    follow = LogFollower(log)
+    assert follow.new_lines() == []  # no file yet
+    log.write_bytes(b"INFO one\nINFO tw")
+    assert follow.new_lines() == ["INFO one"]  # a partial line waits for its end
+    with log.open("ab") as f:
+        f.write(b"o\r\n\nLoading 50%\rLoading 100%\n\xff\n")
+    assert follow.new_lines() == ["INFO two", "Loading 50%", "Loading 100%", "\ufffd"]
+    assert follow.new_lines() == []
+
+
+def test_fp32_weights_and_fp32_serving_get_warnings(tiny_fp32: Path, tiny_bf16: Path) -> None:
+    from serving.checkpoint import open_hf_checkpoint
+
+    assert weights_dtype(open_hf_checkpoint(tiny_fp32)) == "float32"
+    assert weights_dtype(open_hf_checkpoint(tiny_bf16)) == "bfloat16"
+    fp32 = tiny_serve_config(tiny_fp32)
+    assert "astra-serve convert" in (dtype_warning(fp32, "float32") or "")
+    assert dtype_warning(tiny_serve_config(tiny_bf16), "bfloat16") is None
+    served = tiny_serve_config(tiny_bf16, dtype="float32")
+    assert "doubles the memory" in (dtype_warning(served, "bfloat16") or "")
+
+
+def test_shell_command_round_trips_through_the_shell(
+    tiny_bf16: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("serving.server.gpu_count", lambda: 0)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    cfg = tiny_serve_config(tiny_bf16, python=sys.executable, served_model_name="a b'c")
+    server = VLLMServer(cfg)
+    words = shlex.split(server.shell_command())
+    assert words == ["VLLM_CPU_KVCACHE_SPACE=1", *server.preflight()]
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "8")  # the user's own setting is kept
+    assert server.launch_env() == {}
+
+
+@pytest.mark.integration
+def test_stop_now_skips_the_grace_period(tmp_path: Path) -> None:
+    server = VLLMServer(tiny_serve_config(tmp_path))
+    code = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"
+    server.proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    pgid = server.proc.pid
+    deadline = time.monotonic() + 10  # let it install its handler
+    while time.monotonic() < deadline and not _ignores_sigint(pgid):
+        time.sleep(0.05)
+    server.stop_now.set()
+    t0 = time.monotonic()
+    server.stop(grace_s=30)
+    assert time.monotonic() - t0 < 5 and group_members(pgid) == []
+
+
+def _ignores_sigint(pid: int) -> bool:
+    """Whether ``pid`` ignores SIGINT (its bit in SigIgn of /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    return False
