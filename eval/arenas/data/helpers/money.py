@@ -1,0 +1,2 @@
+def _m(cents):
+    return "%d.%02d" % (cents // 100, cents % 100)
