@@ -36,15 +36,48 @@ def fixture(**extra: Any) -> dict[str, Any]:
     return {"command": FIXTURE[0], "args": FIXTURE[1:], **extra}
 
 
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _ours(pid: int) -> bool:
+    """Whether ``pid`` descends from this test process (other runs on the machine don't count)."""
+    me = os.getpid()
+    for _ in range(64):
+        pid = _parent(pid)
+        if pid in (0, 1):
+            return False
+        if pid == me:
+            return True
+    return False
+
+
 def fixture_pids() -> set[int]:
+    """Our fixture servers still alive (zombies and other processes' servers left out)."""
     pids = set()
     for cmd in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            if b"astra_agent.testing.mcp_fixture" in cmd.read_bytes():
-                pids.add(int(cmd.parent.name))
+            if b"astra_agent.testing.mcp_fixture" not in cmd.read_bytes():
+                continue
+            state = (cmd.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
+        pid = int(cmd.parent.name)
+        if state != "Z" and _ours(pid):
+            pids.add(pid)
     return pids
+
+
+async def no_fixture_left(before: set[int], within_s: float = 5.0) -> set[int]:
+    """Wait (bounded) until no fixture server started since ``before`` is alive; the rest."""
+    deadline = time.monotonic() + within_s
+    while (left := fixture_pids() - before) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    return left
 
 
 @pytest.fixture
@@ -214,8 +247,7 @@ async def test_strict_mode_raises_and_leaves_nothing_running() -> None:
         "good": fixture(), "bad": fixture(env={"FIXTURE_EXIT_AT_START": "4"})}})  # fmt: skip
     with pytest.raises(ServerError, match="strict mode"):
         await MCPEnvironment(cfg, strict=True).start()
-    await asyncio.sleep(0.5)
-    assert fixture_pids() - before == set()
+    assert await no_fixture_left(before) == set()
 
 
 @pytest.mark.integration
