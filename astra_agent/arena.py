@@ -309,13 +309,18 @@ def arena_reward(
 
 
 def calls_of(traj: Trajectory) -> list[tuple[str, str]]:
-    """(tool name, the output the model saw) for every call of a trajectory, in order."""
+    """(tool name, the output the model saw) for every call of a trajectory, in order.
+
+    A call that failed (the tool raised, bad arguments, unknown tool, timeout) counts as a call
+    but with no output: an error message echoes what the model sent (``unexpected keyword
+    argument 'GOLD'``), so letting it solve a sub-question would reward guessing answers into
+    arguments instead of getting them from the tool."""
     outputs = {
         m.get("tool_call_id"): m.get("content") or ""
         for m in traj.messages
         if m.get("role") == "tool"
     }
-    return [(e.name, outputs.get(e.call_id, "")) for e in traj.events]
+    return [(e.name, outputs.get(e.call_id, "") if e.status == "ok" else "") for e in traj.events]
 
 
 def trajectory_reward(task: ArenaTask, traj: Trajectory, **kw: Any) -> Reward:

@@ -243,12 +243,37 @@ def test_reward_from_a_trajectory() -> None:
     )
     assert calls_of(traj) == [
         ("find_hotel", '{"hotel_id": "H-17"}'),
-        ("hotel_price", "Error: unknown"),
+        ("hotel_price", ""),  # a failed call counts, but its error text solves nothing
     ]
     task, _ = parse_record(record(), 0)
     assert task is not None
     r = trajectory_reward(task, traj)
     assert r.solved == ("find_hotel",) and r.tool_calls == 2
+
+
+@pytest.mark.parametrize("status", ["tool_error", "schema_error", "unknown_tool", "timeout"])
+def test_a_gold_answer_echoed_in_an_error_solves_nothing(status: str) -> None:
+    # The reward hack: guess the gold into an argument name; the TypeError repeats it.
+    task, _ = parse_record(record(), 0)
+    assert task is not None
+    gold = task.sub_qa["find_hotel"][0]
+    traj = Trajectory(
+        messages=[
+            {
+                "role": "tool",
+                "tool_call_id": "a",
+                "content": f"Error: TypeError: find_hotel() got an unexpected keyword argument "
+                f"'{gold}'",
+            }
+        ],
+        events=[
+            CallEvent(
+                step=1, call_id="a", name="find_hotel", arguments="{}", status=status, duration_s=0
+            )
+        ],
+    )
+    r = trajectory_reward(task, traj)
+    assert r.solved == () and r.reward == 0.0 and r.tool_calls == 1
 
 
 # --------------------------------------------------------------------------- environment
