@@ -5,10 +5,12 @@ sources once and answers calls over a pipe; the tool code itself runs in an *epi
 forked from a pristine template, so ``reset()`` is a fork, not a new interpreter
 (``sandbox_worker.py`` explains the three processes and why tool code cannot reach or forge the
 reply channel). Inside bubblewrap there is no network, a read-only system, a private ``/tmp``
-bounded in size (a tmpfs of ``SandboxLimits.tmp_bytes``), its own pid namespace, none of the
-host's files beyond the Python runtime, resource limits (CPU, address space, processes, file
-size, open files), and as root on the host a uid of its own (leased from a range, so that one
-sandbox's processes never count against another's process limit).
+bounded in size and files (a tmpfs of ``SandboxLimits.tmp_bytes`` and ``tmp_files``), its own
+pid namespace, none of the host's files beyond the Python runtime, resource limits (CPU, address
+space, processes, file size, open files), a seccomp filter (no keyrings, IPC objects, memfds or
+namespaces: nothing that outlives an episode's processes), and as root on the host a uid of its
+own (leased from a range, so that one sandbox's processes never count against another's
+process limit).
 
 Every call has a wall-clock deadline that covers writing the request as well as reading the
 reply; a reply that is not exactly the call's own (not JSON, another call's, out of step) is an
@@ -28,8 +30,8 @@ import random
 import re
 import shutil
 import signal
+import stat
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,15 +41,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.errors import ConfigError
 from astra_agent.sandbox_episode import encode_line
+from astra_agent.sandbox_seccomp import seccomp_filter
 
 log = logging.getLogger(__name__)
 
 WORKER = Path(__file__).with_name("sandbox_worker.py")
 EPISODE = Path(__file__).with_name("sandbox_episode.py")  # imported by the worker, beside it
 # Sandbox uids: one per live sandbox, leased with a lock file (valid across host processes).
+# One directory per machine, whatever TMPDIR says (batch jobs often get a TMPDIR each).
 UID_BASE = 1_900_000_000
 UID_SLOTS = 65536
-UID_LOCKS = Path(tempfile.gettempdir()) / "astra-sandbox-uids"
+UID_LOCKS = (
+    next((Path(d) for d in ("/run/lock", "/var/lock") if os.path.isdir(d)), Path("/tmp"))
+    / "astra-sandbox-uids"
+)
 # The supervisor enforces the deadlines; the host waits this much longer before killing it.
 HOST_SLACK_S = 1.0
 _warned_unsafe = False
@@ -69,6 +76,8 @@ class SandboxLimits(BaseModel):
     startup_seconds: float = Field(15.0, gt=0)
     # The size of the sandbox's /tmp (a tmpfs: host memory, at most this much per sandbox).
     tmp_bytes: int = Field(64 << 20, ge=1 << 20)
+    # At most this many files and directories in /tmp (each ~1 KiB of kernel memory more).
+    tmp_files: int = Field(16384, ge=16)
     # A tool whose module code runs longer than this is disabled with a load error.
     load_seconds_per_tool: float = Field(10.0, gt=0)
 
@@ -108,9 +117,14 @@ def _python() -> tuple[str, str]:
     return exe, os.path.realpath(sys.base_prefix)
 
 
-def bwrap_command(config: dict[str, Any], *, tmp_bytes: int = 64 << 20) -> list[str]:
+def bwrap_command(
+    config: dict[str, Any], *, tmp_bytes: int = 64 << 20, seccomp_fd: int | None = None
+) -> list[str]:
+    """The bubblewrap command line; ``seccomp_fd`` is a readable fd holding the filter."""
     exe, prefix = _python()
     cmd = ["bwrap", "--die-with-parent", "--new-session"]
+    if seccomp_fd is not None:
+        cmd += ["--seccomp", str(seccomp_fd)]
     if os.geteuid() == 0:
         # As root: every namespace but the user one, so that the worker can drop to a real
         # unprivileged uid (a uid mapped inside a user namespace would still count as root
@@ -147,15 +161,28 @@ def bwrap_command(config: dict[str, Any], *, tmp_bytes: int = 64 << 20) -> list[
     return [*cmd, exe, "-I", "-S", "/sandbox/worker.py", json.dumps(config)]
 
 
+def _private_dir(path: Path) -> None:
+    """``path`` as a directory of this user's alone (in a world-writable parent another user
+    could have made it first, to share or deny the leases)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise ConfigError(
+            f"{path} is not a private directory of this user, so sandbox uids cannot be leased",
+            hint=f"remove it (it is recreated): rm -r {path}",
+        )
+
+
 class _UidLease:
     """A uid no other live sandbox on this machine holds (a lock file per uid slot)."""
 
     def __init__(self) -> None:
-        UID_LOCKS.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _private_dir(UID_LOCKS)
         start = random.randrange(UID_SLOTS)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         for i in range(UID_SLOTS):
             slot = (start + i) % UID_SLOTS
-            f = open(UID_LOCKS / str(slot), "a")  # noqa: SIM115 (held for the lease)
+            f = os.fdopen(os.open(UID_LOCKS / str(slot), flags, 0o600), "w")
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -215,6 +242,7 @@ class Sandbox:
         self._proc: asyncio.subprocess.Process | None = None
         self._lease: _UidLease | None = None
         self._seq = 0
+        self._inflight: asyncio.Future[dict[str, Any]] | None = None
         self._lock = asyncio.Lock()
         if not self.unsafe and not bwrap_available():
             raise ConfigError(
@@ -242,6 +270,7 @@ class Sandbox:
             "wall_seconds_per_call": lim.wall_seconds_per_call,
             "load_seconds_per_tool": lim.load_seconds_per_tool,
             "output_cap_chars": lim.output_cap_chars,
+            "tmp_files": lim.tmp_files,
             "uid": self._lease.uid if self._lease else None,
         }
 
@@ -250,20 +279,38 @@ class Sandbox:
         return self.limits.startup_seconds + per_tool * (len(self.sources) + 1) + HOST_SLACK_S
 
     async def _spawn(self) -> None:
-        if self.unsafe:
-            cmd = [_python()[0], "-I", "-S", str(WORKER), json.dumps(self._config())]
-        else:
-            cmd = bwrap_command(self._config(), tmp_bytes=self.limits.tmp_bytes)
-        self._proc = await asyncio.create_subprocess_exec(
-            *cmd,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True,
-            limit=64 * self.limits.output_cap_chars + (1 << 20),
-        )
+        filt = None if self.unsafe else seccomp_filter()
+        fds = os.pipe() if filt else None
+        if fds:
+            os.write(fds[1], filt or b"")  # a few hundred bytes: the pipe holds them
+            os.close(fds[1])
+        try:
+            if self.unsafe:
+                cmd = [_python()[0], "-I", "-S", str(WORKER), json.dumps(self._config())]
+            else:
+                cmd = bwrap_command(
+                    self._config(),
+                    tmp_bytes=self.limits.tmp_bytes,
+                    seccomp_fd=fds[0] if fds else None,
+                )
+            self._proc = await asyncio.create_subprocess_exec(
+                *cmd,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+                limit=64 * self.limits.output_cap_chars + (1 << 20),
+                pass_fds=fds[:1] if fds else (),
+            )
+        finally:
+            if fds:
+                os.close(fds[0])
         msg = {"op": "load", "tools": self.sources, "skip": self._skip}
-        reply = await self._request(self._next(msg), self._load_timeout())
+        try:
+            reply = await self._request(self._next(msg), self._load_timeout())
+        except asyncio.CancelledError:  # nothing to keep: the next call starts anew
+            self._kill_now()
+            raise
         if reply["kind"] != "ok":
             await self._kill()
             raise ConfigError(f"the sandbox worker did not start: {reply.get('error')}")
@@ -276,8 +323,7 @@ class Sandbox:
     async def start(self) -> dict[str, str]:
         """Start the worker and load the sources; returns per-tool load errors."""
         async with self._lock:
-            if self._proc is None:
-                await self._spawn()
+            await self._ready()
         return self.load_errors
 
     def _next(self, msg: dict[str, Any]) -> bytes:
@@ -286,6 +332,20 @@ class Sandbox:
         return encode_line({**msg, "seq": self._seq})
 
     async def _request(self, data: bytes, timeout: float) -> dict[str, Any]:
+        """One request and its reply, carried to the end even if the caller is cancelled (an
+        unread reply would be taken for the next request's); the next one waits for it."""
+        task = asyncio.ensure_future(self._exchange(data, timeout))
+        self._inflight = task
+        return await asyncio.shield(task)
+
+    async def _ready(self) -> None:
+        """Under the lock: the exchange a cancelled caller left has ended; a worker runs."""
+        if self._inflight is not None and not self._inflight.done():
+            await asyncio.wait({self._inflight})
+        if self._proc is None:
+            await self._spawn()
+
+    async def _exchange(self, data: bytes, timeout: float) -> dict[str, Any]:
         """One request and its reply, all under ``timeout`` (the write included)."""
         proc = self._proc
         assert proc is not None and proc.stdin is not None and proc.stdout is not None
@@ -310,8 +370,7 @@ class Sandbox:
 
     async def call(self, name: str, arguments: dict[str, Any]) -> SandboxReply:
         async with self._lock:
-            if self._proc is None:
-                await self._spawn()
+            await self._ready()
             try:
                 data = self._next({"op": "call", "name": name, "args": arguments})
             except (TypeError, ValueError, RecursionError) as exc:
@@ -332,16 +391,29 @@ class Sandbox:
     async def reset(self) -> dict[str, str]:
         """Fresh state: a new episode forked from the pristine template, /tmp emptied."""
         async with self._lock:
+            if self._inflight is not None and not self._inflight.done():
+                await asyncio.wait({self._inflight})
             if self._proc is None:
                 await self._spawn()
                 return self.load_errors
-            r = await self._request(self._next({"op": "reset"}), self._load_timeout())
+            try:
+                r = await self._request(self._next({"op": "reset"}), self._load_timeout())
+            except asyncio.CancelledError:  # fresh state is what was asked: the next call
+                self._kill_now()  # starts a new sandbox
+                raise
             if r["kind"] == "ok":
                 self._take_load(r)
             else:
                 await self._kill()
                 await self._spawn()
         return self.load_errors
+
+    def _kill_now(self) -> None:
+        """Kill the worker without waiting (its transport reaps it)."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
     async def _kill(self) -> int | None:
         proc, self._proc = self._proc, None

@@ -7,6 +7,7 @@ episode process, never in the supervisor (except ``encode_line`` and ``drop_priv
 
 from __future__ import annotations
 
+import _signal
 import contextlib
 import io
 import json
@@ -17,6 +18,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -40,9 +42,10 @@ _BLOCKED = {
     "signal.pthread_kill": "sending signals",
     "sys.addaudithook": "changing the sandbox",
 }
-# Signals a call may leave armed (alarms, timers, user signals): ignored between calls.
-_QUIET = [signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF, signal.SIGUSR1, signal.SIGUSR2]
-_QUIET += [signal.SIGINT, signal.SIGHUP, signal.SIGTERM]
+# Every signal's disposition before any tool code ran: restored after each call. The C module's
+# functions: the ``signal`` module's wrappers convert to enums (~0.3 ms a call for all signals).
+_SIGNALS = frozenset(int(s) for s in signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+_PRISTINE = {sig: h for sig in sorted(_SIGNALS) if (h := _signal.getsignal(sig)) is not None}
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _state = {"guard": False}
 
@@ -143,6 +146,8 @@ def _load(codes: dict[str, Any], skip: set[str], rep: int, cpu_s: int) -> dict[s
             continue
         finally:
             _state["guard"] = False
+            if not _drop_threads():  # threads it left at the process limit: disable this tool
+                os._exit(STUCK_EXIT)
         fn = namespace.get(name)
         if callable(fn):
             _funcs[name] = fn
@@ -203,25 +208,82 @@ def _reply_bytes(reply: dict[str, Any], cap: int) -> bytes:
     return data
 
 
-def _settle() -> None:
-    """Leave nothing of this call armed: timers, handlers, masks, threads."""
-    for _ in range(3):  # a tool's handler may still fire (and raise) while we undo it
+def _settle(rep: int, alone: bool) -> bool:
+    """Leave nothing of this call armed: handlers, timers, threads, processes, pending signals.
+
+    ``alone``: the sandbox's uid and pid namespace are the episode's own, so ``kill(-1)``
+    reaches exactly the processes the call left (the caller excepted). False if this could not
+    be done: threads left that the fork dropping them has no room for (at the process limit),
+    or anything else the tool broke; the episode is then replaced."""
+    for _ in range(3):  # a handler the tool set may still run (and raise) until replaced
         with contextlib.suppress(BaseException):
-            for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
-                signal.setitimer(timer, 0)
-            for sig in _QUIET:
-                signal.signal(sig, signal.SIG_IGN)  # also discards pending ones
-            signal.signal(signal.SIGXCPU, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, ())
+            _signal.pthread_sigmask(_signal.SIG_BLOCK, _SIGNALS)
+            _restore_handlers()
             break
     try:
-        threads = len(os.listdir("/proc/self/task"))
+        for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+            signal.setitimer(timer, 0)
+        dropped = _drop_threads()
+        if alone:
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, 0)[0]:  # zombies count against the process limit
+                    pass
+        for sig in _signal.sigpending():  # ignoring a signal discards it; then as it was
+            _signal.signal(sig, _signal.SIG_IGN)
+        _restore_handlers()
+        signal.set_wakeup_fd(-1)
+        with contextlib.suppress(OSError):
+            os.set_blocking(rep, True)
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, ())
+    except BaseException:  # whatever the tool broke, the episode is not trusted any more
+        return False
+    return dropped
+
+
+def _restore_handlers() -> None:
+    for sig, handler in _PRISTINE.items():
+        if _signal.getsignal(sig) is not handler:
+            _signal.signal(sig, handler)
+
+
+def _drop_threads() -> bool:
+    """A fork keeps only this thread; the old process exits with the rest."""
+    try:  # procfs counts a process's threads in the link count of its task directory
+        threads = os.stat("/proc/self/task").st_nlink - 2
     except OSError:
         threads = threading.active_count()
-    if threads > 1:  # a fork keeps only this thread; the old process exits with the rest
-        with contextlib.suppress(OSError):
-            if os.fork() != 0:
-                os._exit(0)
+    if threads <= 1:
+        return True
+    parent = os.getpid()
+    try:
+        if os.fork() != 0:
+            os._exit(0)
+    except OSError:
+        return False
+    for _ in range(2000):  # reparented once every thread of the old process has ended, so
+        if os.getppid() != parent:  # none of them can write to the channel any more
+            break
+        time.sleep(0.001)
+    return True
+
+
+def _encoded(reply: dict[str, Any], cap: int) -> bytes:
+    """The reply's line; converting the value may run the tool's code (``__repr__``, a dict
+    subclass's ``items``): under the hook, and before the clean-up."""
+    _state["guard"] = True
+    try:
+        return _reply_bytes(reply, cap)
+    except BaseException as exc:
+        error = f"the tool's result cannot be converted: {exc_text(exc)}"
+        return encode_line({"seq": reply.get("seq"), "kind": "error", "error": error})
+    finally:
+        _state["guard"] = False
+
+
+STUCK = "left the sandbox in a state it cannot clean up (e.g. threads at the process limit)"
+STUCK_EXIT = 70  # the episode's exit code when module code did that
 
 
 def _episode(req: int, rep: int, codes: dict[str, Any], cfg: dict[str, Any]) -> None:
@@ -241,8 +303,10 @@ def _episode(req: int, rep: int, codes: dict[str, Any], cfg: dict[str, Any]) -> 
     cpu_s = int(cfg.get("cpu_seconds_per_call", 10))
     inp = os.fdopen(req, "rb")
     first = json.loads(inp.readline())
+    alone = cfg.get("uid") is not None and bool(cfg.get("own_pid_namespace"))
     errors = _load(codes, set(first.get("skip") or ()), rep, cpu_s)
-    _settle()
+    if not _settle(rep, alone):
+        os._exit(STUCK_EXIT)  # the supervisor disables the tool that was loading
     os.write(rep, encode_line({"ready": True, "errors": errors}))
     for line in inp:
         seq = None
@@ -253,8 +317,9 @@ def _episode(req: int, rep: int, codes: dict[str, Any], cfg: dict[str, Any]) -> 
         except BaseException as exc:  # a malformed request must not end the episode
             reply = {"kind": "error", "error": f"worker: {exc_text(exc)}"}
         reply["seq"] = seq
-        _settle()
-        data = _reply_bytes(reply, cap)
+        data = _encoded(reply, cap)
+        if not _settle(rep, alone):  # the call, not the next one, fails (and ends the episode)
+            data = encode_line({"seq": seq, "kind": "crash", "error": STUCK})
         view = memoryview(data)
         while view:
             view = view[os.write(rep, view) :]

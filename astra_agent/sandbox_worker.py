@@ -18,9 +18,15 @@ standard library only. The process that runs tool code never holds the host's ch
   builtin, monkeypatch, audit hook, thread, timer or signal handler of an earlier episode.
 - The **episode** process closes everything but its own two pipes, applies the rlimits, drops to
   the sandbox's own uid (one per sandbox: the process limit is per uid), installs the audit hook,
-  runs the module code of each tool, then answers calls. After each call it cancels timers,
-  restores signal dispositions, and if threads are left, forks itself and lets the old process
-  (with the threads) exit, so that nothing a call left behind can act in the next one.
+  runs the module code of each tool, then answers calls. After each call (its result already
+  encoded: that may run the tool's ``__repr__``) it cancels timers, kills every other process
+  of its uid (``kill(-1)``: the call's children), restores every signal disposition and drops
+  pending signals, and if threads are left, forks itself and lets the old process (with the
+  threads) exit, so that nothing a call left behind can act in the next one. Where that cannot
+  be done (threads at the process limit) the call itself fails and the episode is replaced.
+- A **seccomp filter** (sandbox_seccomp.py) refuses what would outlive the processes or lift
+  the bounds: keyrings, SysV and POSIX IPC, memfds, new namespaces. ``/tmp`` is bounded in
+  size by bubblewrap and in files (inodes) by the supervisor's remount.
 
 Tool code controls its own return value by definition; what it cannot control: the host channel
 (another process, another uid, non-dumpable), the results of other calls (a reply is exactly one
@@ -58,9 +64,16 @@ from typing import Any
 
 if __name__ == "__main__":  # run as a script inside the sandbox: the episode module is beside us
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from sandbox_episode import drop_privileges, encode_line, exc_text, zygote
+    from sandbox_episode import STUCK, STUCK_EXIT, drop_privileges, encode_line, exc_text, zygote
 else:
-    from astra_agent.sandbox_episode import drop_privileges, encode_line, exc_text, zygote
+    from astra_agent.sandbox_episode import (
+        STUCK,
+        STUCK_EXIT,
+        drop_privileges,
+        encode_line,
+        exc_text,
+        zygote,
+    )
 
 # Standard-library modules never imported ahead of the tools (side effects at import).
 _NO_PREIMPORT = {"antigravity", "this", "__hello__", "__phello__", "idlelib", "tkinter"}
@@ -145,6 +158,8 @@ def _exit_reason(pid: int) -> str:
                     signal.SIGSEGV: " (segmentation fault)",
                 }.get(signal.Signals(sig), "")
                 return f"crashed: signal {signal.Signals(sig).name}{why}"
+            if code >> 8 == STUCK_EXIT:
+                return f"crashed: {STUCK}"
             return f"crashed: the worker exited with code {code >> 8}"
         time.sleep(0.005)
     return "crashed: the worker ended"
@@ -315,6 +330,9 @@ class Supervisor:
             self.discard()
             return {"kind": "crash", "error": "wrote something other than its reply on the "
                     "protocol channel"}  # fmt: skip
+        if msg.get("kind") == "crash":  # the episode gave up (see _settle): replace it
+            self.discard()
+            return {"kind": "crash", "error": str(msg.get("error"))}
         if msg.get("kind") not in ("ok", "error"):
             self.discard()
             return {"kind": "crash", "error": "sent a reply of an unknown kind"}
@@ -362,12 +380,17 @@ def _parse(line: bytes) -> dict[str, Any]:
     return msg if isinstance(msg, dict) else {}
 
 
-def _non_dumpable() -> None:
-    """No other process of the sandbox may open our fds via /proc or ptrace us."""
+def _harden(tmp_files: int | None) -> None:
+    """No other process of the sandbox may open our fds via /proc or ptrace us; /tmp holds at
+    most ``tmp_files`` inodes (bubblewrap bounds its size only: an empty file costs no block
+    but ~1 KiB of kernel memory). Both as root in the sandbox's own mount namespace."""
     with contextlib.suppress(Exception):
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+        if tmp_files:  # MS_REMOUNT | MS_NOSUID | MS_NODEV, as bubblewrap mounted it
+            libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 32 | 2 | 4, b"nr_inodes=%d" % tmp_files)
 
 
 def main() -> None:
@@ -380,7 +403,7 @@ def main() -> None:
     if cfg.get("uid") is not None:
         with contextlib.suppress(OSError):
             os.chmod("/tmp", 0o1777)
-    _non_dumpable()
+    _harden(cfg.get("tmp_files") if cfg.get("wipe_tmp") else None)
     cfg["_in"] = proto_in
     Supervisor(cfg, proto_out).serve(os.fdopen(proto_in, "rb"))
 
