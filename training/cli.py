@@ -1,7 +1,128 @@
-"""The ``astra-train`` CLI (SFT data synthesis, SFT and RLVR recipes land with their issues)."""
+"""``astra-train``: SFT data from trajectories, and SFT with TRL (one machine) or verl (cluster)."""
 
-from astra_agent.console import placeholder_app
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from astra_agent.config import load_config
+from astra_agent.console import cli_errors, console, err_console
 from astra_agent.options import common_callback
+from training.data_cli import data_app
+from training.sft.config import SFTConfig
 
-app = placeholder_app("astra-train", "synthesize SFT data, run SFT and multi-turn RLVR.")
+app = typer.Typer(
+    name="astra-train",
+    help="Train ASTRA: trajectories → SFT data → SFT (TRL on one machine, verl on a cluster).\n\n"
+    "Example: astra-train sft --config training/recipes/sft-tiny-cpu.yaml --output-dir runs/sft",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 common_callback(app, "astra-train")
+app.add_typer(data_app, name="data")
+
+ENV_PREFIX = "ASTRA_TRAIN_"
+
+
+@contextmanager
+def _progress() -> Iterator[Any]:
+    """A bar of optimizer steps (done/total, elapsed) and the last logged loss."""
+    bar = Progress(
+        TextColumn("[bold]sft"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[loss]}"),
+        console=err_console,
+    )
+    with bar:
+        job = bar.add_task("sft", total=None, loss="")
+
+        def hook(step: int, total: int, loss: float | None) -> None:
+            bar.update(job, completed=step, total=total or None)
+            if loss is not None:
+                bar.update(job, loss=f"loss {loss:.4f}")
+
+        yield hook
+
+
+def _overrides(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None and v != []}
+
+
+@app.command()
+@cli_errors
+def sft(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Recipe (YAML or JSON).")],
+    output_dir: Annotated[Path | None, typer.Option(help="Run directory.")] = None,
+    model: Annotated[Path | None, typer.Option(help="HF checkpoint to start from.")] = None,
+    train_file: Annotated[
+        list[Path] | None, typer.Option(help="Parquet of `astra-train data sft` (repeatable).")
+    ] = None,
+    backend: Annotated[str | None, typer.Option(help="trl or verl.")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Optimizer steps (over epochs).")] = None,
+    epochs: Annotated[float | None, typer.Option(help="Passes over the data.")] = None,
+    learning_rate: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
+    global_batch_size: Annotated[int | None, typer.Option(help="Sequences per step.")] = None,
+    micro_batch_size: Annotated[int | None, typer.Option(help="Sequences per forward.")] = None,
+    max_length: Annotated[int | None, typer.Option(help="Tokens per sequence.")] = None,
+    save_steps: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
+    resume: Annotated[
+        bool | None, typer.Option(help="Continue from the newest complete checkpoint.")
+    ] = None,
+) -> None:
+    """Supervised fine-tuning from a recipe; flags and ASTRA_TRAIN_* variables override it.
+
+    Example: astra-train sft --config training/recipes/sft-tiny-cpu.yaml --output-dir runs/sft
+    --max-steps 200
+    """
+    cfg = load_config(
+        SFTConfig,
+        config,
+        _overrides(
+            output_dir=output_dir,
+            model=model,
+            train_files=train_file,
+            backend=backend,
+            max_steps=max_steps,
+            epochs=epochs,
+            learning_rate=learning_rate,
+            global_batch_size=global_batch_size,
+            micro_batch_size=micro_batch_size,
+            max_length=max_length,
+            save_steps=save_steps,
+            seed=seed,
+            resume=resume,
+        ),
+        env_prefix=ENV_PREFIX,
+    )
+    if cfg.backend == "verl":
+        from training.sft.verl import run_verl
+
+        job = run_verl(cfg)
+        console.print(f"verl config: {job.config_file} (overrides: {job.overrides_file})")
+        if not job.ran:
+            console.print(f"launch it with: bash {job.launch_script}   (or set verl.run: true)")
+        elif job.final:
+            console.print(f"converted for serving: {job.final}")
+        return
+    from training.sft.trl import run_trl
+
+    with _progress() as hook:
+        result = run_trl(cfg, hook)
+    if result.resumed_from:
+        console.print(f"resumed from {result.resumed_from}")
+    console.print(f"trained {result.steps} steps: {result.final}")
+    if result.converted:
+        console.print(f"converted for serving: {result.converted}")
+    console.print(f"metrics: {cfg.output_dir}/metrics.jsonl")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,41 @@
+"""Shared fixtures for the training tests: the tiny tokenizer and the arena trajectory corpus."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from eval.arenas import DATA_DIR
+from training.replay import replay_arenas
+
+ARENA_TRAIN = DATA_DIR / "train.jsonl"
+ARENA_HELDOUT = DATA_DIR / "heldout.jsonl"
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tiny_fp32: Path) -> Path:
+    """A checkpoint dir holding the tiny tokenizer and the serving chat template."""
+    return tiny_fp32
+
+
+@pytest.fixture(scope="session")
+def arena_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``astra-eval arenas`` results (trajectories + rewards) of the replayed reference chains
+    through the real loop (``training.replay``): {"train": results.jsonl of the 24 training
+    tasks, "heldout": the 12 held-out ones}."""
+    root = tmp_path_factory.mktemp("arena-corpus")
+    return {
+        "train": asyncio.run(replay_arenas(ARENA_TRAIN, root / "train"))[0],
+        "heldout": asyncio.run(replay_arenas(ARENA_HELDOUT, root / "heldout"))[0],
+    }
+
+
+@pytest.fixture(scope="session")
+def arena_corpus(arena_runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One results.jsonl with the records of the 24 training and 12 held-out arena tasks."""
+    out = tmp_path_factory.mktemp("arena-all") / "results.jsonl"
+    text = arena_runs["train"].read_text() + arena_runs["heldout"].read_text()
+    out.write_text(text)
+    return out

@@ -1,0 +1,97 @@
+"""The one config of ``astra-train sft`` (YAML/JSON, ``ASTRA_TRAIN_*`` variables, flags).
+
+Backend-neutral fields first (what the paper fixes: data, lengths, schedule, batch); then one
+section per backend. Both backends read the same parquet (``astra-train data sft``) and
+tokenize it with the same training template (``training.template``), so they train on the same
+tokens with the same loss mask.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TRLOptions(BaseModel):
+    """One machine (CPU in CI, or GPUs): TRL's ``SFTTrainer``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    gradient_checkpointing: bool = False
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    threads: int | None = Field(None, ge=1, description="torch threads on CPU (default: all)")
+
+
+class VerlOptions(BaseModel):
+    """A cluster: verl's SFT trainer (FSDP) launched with torchrun or as a Ray job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nnodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(8, ge=1)
+    launcher: Literal["torchrun", "ray"] = "torchrun"
+    ray_address: str = "http://127.0.0.1:8265"
+    strategy: Literal["fsdp", "fsdp2"] = "fsdp2"
+    ulysses_sequence_parallel_size: int = Field(1, ge=1)
+    run: bool = Field(False, description="run the launch line (else only write it)")
+    overrides: list[str] = Field(
+        default_factory=list, description="extra verl Hydra overrides, key=value"
+    )
+
+
+class ConvertOptions(BaseModel):
+    """After training: the checkpoint converted for serving (``astra-serve convert``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    dtype: Literal["bfloat16", "float16"] = "bfloat16"
+    out: Path | None = None  # default: OUTPUT_DIR/final-bf16
+
+
+class SFTConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["trl", "verl"] = "trl"
+    model: Path = Field(description="HF checkpoint dir to start from (weights + tokenizer)")
+    train_files: list[Path] = Field(min_length=1, description="parquet of `astra-train data sft`")
+    val_files: list[Path] = Field(default_factory=list)
+    output_dir: Path
+    max_length: int = Field(20480, ge=16, description="tokens per sequence (paper: 20k)")
+    epochs: float = Field(2.0, gt=0)
+    max_steps: int | None = Field(None, ge=1, description="overrides epochs when set")
+    learning_rate: float = Field(5e-6, gt=0)
+    lr_scheduler: Literal["cosine", "constant", "linear"] = "cosine"
+    warmup_ratio: float = Field(0.05, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    global_batch_size: int = Field(32, ge=1, description="sequences per optimizer step")
+    micro_batch_size: int = Field(1, ge=1, description="sequences per device per forward")
+    packing: bool = Field(True, description="padding-free batches (no pad tokens computed)")
+    seed: int = 0
+    save_steps: int = Field(500, ge=1)
+    save_total_limit: int = Field(2, ge=1)
+    logging_steps: int = Field(1, ge=1)
+    report_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=list)
+    resume: bool = Field(True, description="continue from the newest complete checkpoint")
+    trl: TRLOptions = Field(default_factory=TRLOptions)
+    verl: VerlOptions = Field(default_factory=VerlOptions)
+    convert: ConvertOptions = Field(default_factory=ConvertOptions)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must match to resume into ``output_dir`` (data, model, schedule, batch)."""
+        keep = self.model_dump(
+            mode="json", exclude={"resume", "save_steps", "save_total_limit", "report_to"}
+        )
+        keep.pop("convert")
+        return keep
+
+    def fingerprint_digest(self) -> str:
+        text = json.dumps(self.fingerprint(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
