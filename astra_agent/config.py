@@ -73,12 +73,46 @@ def check_writable(path: str | Path, what: str, *, kind: Literal["file", "dir"] 
     return p
 
 
+# YAML aliases share one object, so a few lines can stand for billions of values ("billion
+# laughs") that validation would then walk: a config may expand to this many values at most.
+MAX_CONFIG_VALUES = 1_000_000
+
+
+def expanded_size(data: Any, limit: int = MAX_CONFIG_VALUES) -> int:
+    """How many values ``data`` holds with every shared (aliased) container counted each time
+    it appears; ValueError past ``limit`` or for a container that contains itself."""
+    sizes: dict[int, int] = {}
+    busy: set[int] = set()
+
+    def size(node: Any) -> int:
+        if not isinstance(node, dict | list):
+            return 1
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in busy:
+            raise ValueError("an alias refers to a mapping or list that contains it")
+        busy.add(key)
+        items = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+        total = 1
+        for item in items:
+            total += size(item)
+            if total > limit:
+                raise ValueError(f"it expands to more than {limit:,} values (aliases)")
+        busy.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(data)
+
+
 def read_mapping(path: str | Path) -> dict[str, Any]:
-    """Read a YAML or JSON file that must hold a mapping."""
+    """Read a YAML or JSON file that must hold a mapping (of a bounded expanded size)."""
     p = Path(path)
     text = read_text(p, "config file")
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        expanded_size(data)
     except (ValueError, RecursionError, yaml.YAMLError) as exc:
         # ValueError: JSONDecodeError, and integers of over 4,300 digits; RecursionError: nesting
         raise ConfigError(f"{p} is not valid {p.suffix.lstrip('.') or 'YAML'}: {exc}") from exc
@@ -159,8 +193,23 @@ def load_config(
         return model.model_validate(data)
     except ValidationError as exc:
         where = f" in {path}" if path is not None else ""
-        lines = [
-            f"  {'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-            for err in exc.errors()
-        ]
+        from_env = _env_names(model, env, env_prefix)
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            var = next(
+                (v for k, v in from_env.items() if loc == k or loc.startswith(k + ".")), None
+            )
+            source = f" (from ${var})" if var else ""
+            lines.append(f"  {loc or '<root>'}: {err['msg']}{source}")
         raise ConfigError(f"invalid configuration{where}:\n" + "\n".join(lines)) from exc
+
+
+def _env_names(model: type[BaseModel], environ: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """Dotted field path → the environment variable that set it."""
+    return {
+        ".".join(key[len(prefix) :].lower().split("__")): key
+        for key in environ
+        if key.startswith(prefix)
+        and key[len(prefix) :].lower().split("__")[0] in model.model_fields
+    }

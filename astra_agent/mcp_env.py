@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from astra_agent.environment import OPENAI_TOOL_NAME, Environment, ToolResult, ToolSpec
 from astra_agent.errors import ServerError
 from astra_agent.mcp_config import HttpServerConfig, MCPConfig, ServerConfig, StdioServerConfig
@@ -38,6 +40,7 @@ MAX_RESTARTS = 3
 CLOSE_TIMEOUT_S = 10.0
 ABORT_TIMEOUT_S = 5.0  # a failed start's clean-up (the transport kills in < 1 s)
 PING_TIMEOUT_S = 5.0
+MAX_TOOL_PAGES = 100  # of tools/list: a server whose cursor never ends cannot hang start-up
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -88,6 +91,61 @@ def result_text(result: Any) -> tuple[str, Any]:
     if not parts and structured is not None:
         parts.append(json.dumps(structured, ensure_ascii=False))
     return "\n".join(parts), structured
+
+
+async def list_all_tools(client: Any, server: str) -> list[Any]:
+    """Every page of the server's ``tools/list`` (at most ``MAX_TOOL_PAGES``). A page that the
+    SDK rejects as a whole (one tool with an invalid schema or name) is read again raw and
+    checked tool by tool: the invalid tools are skipped with a warning, the others kept."""
+    tools: list[Any] = []
+    cursor: str | None = None
+    for _ in range(MAX_TOOL_PAGES):
+        try:
+            page = await client.list_tools(cursor=cursor)
+            got, cursor = list(page.tools), page.next_cursor
+        except ValidationError:
+            got, cursor = await _raw_tool_page(client, cursor, server)
+        tools += got
+        if not cursor:
+            return tools
+    log.warning("MCP server %r: tools past page %d not read", server, MAX_TOOL_PAGES)
+    return tools
+
+
+async def _raw_tool_page(client: Any, cursor: str | None, server: str) -> tuple[list[Any], Any]:
+    from mcp.types import ListToolsResult, Tool
+
+    session = client.session
+    params = {"cursor": cursor} if cursor else None
+    raw = await session._dispatcher.send_raw_request("tools/list", params, {})
+    kept: list[Any] = []
+    for i, item in enumerate(raw.get("tools") or [] if isinstance(raw, dict) else []):
+        if isinstance(item, dict) and isinstance(item.get("inputSchema"), dict):
+            item = {**item, "inputSchema": {"type": "object", **item["inputSchema"]}}
+        try:
+            kept.append(Tool.model_validate(item))
+        except ValidationError as exc:
+            name = item.get("name") if isinstance(item, dict) else None
+            why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:2])
+            log.warning("MCP server %r: skipping tool %s (%r): %s", server, i, name, why)
+    # The SDK checks call results against the tools it has seen listed: show it these.
+    absorb = getattr(session, "_absorb_tool_listing", None)
+    if absorb is not None:
+        absorb(ListToolsResult(tools=kept), complete=False)
+    next_cursor = raw.get("nextCursor") if isinstance(raw, dict) else None
+    return kept, next_cursor if isinstance(next_cursor, str) else None
+
+
+def invalid_result(exc: ValidationError) -> str:
+    """What is wrong with a tool result the SDK rejected, in words (not pydantic's dump)."""
+    err = exc.errors()[0]
+    loc, value = err["loc"], err.get("input")
+    if len(loc) >= 2 and loc[0] == "content" and isinstance(loc[1], int):
+        kind = value.get("type") if isinstance(value, dict) else None
+        if kind is not None and err["type"] in ("missing", "literal_error", "union_tag_invalid"):
+            return f"content item {loc[1]} has the unknown type {str(kind)[:40]!r}"
+        return f"content item {loc[1]}: {err['msg']}"
+    return f"{'.'.join(map(str, loc)) or 'the result'}: {err['msg']}"
 
 
 @dataclass(frozen=True)
@@ -174,8 +232,8 @@ class _Server:
         with self.stderr_path.open("a") as errlog:
             try:
                 async with Client(self._transport(errlog), mode="legacy") as client:
-                    listed = await client.list_tools()
-                    self.tools = [t for t in listed.tools if self.cfg.tool_enabled(t.name)]
+                    listed = await list_all_tools(client, self.name)
+                    self.tools = [t for t in listed if self.cfg.tool_enabled(t.name)]
                     self._client = client
                     ready.set_result(None)
                     await self._stop.wait()
@@ -244,6 +302,12 @@ class _Server:
             return self._timed_out(tool)
         except MCPError as exc:
             return await self._rpc_error(tool, exc, time.monotonic() - t0)
+        except ValidationError as exc:  # a result that is not MCP: say what, in one line
+            return ToolResult(
+                f"Error: the MCP server '{self.name}' returned a result for '{tool}' that is "
+                f"not valid MCP ({invalid_result(exc)})",
+                is_error=True,
+            )
         except Exception as exc:  # transport failures
             if not self.alive:
                 return self._crashed(tool)

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Self, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from astra_agent.errors import ConfigError, ServerError
 from astra_agent.trajectory import FailureKind
@@ -73,6 +73,21 @@ class ModelConfig(BaseModel):
         description="take <tool_call> blocks the server's parser left in the text as calls "
         "(off where the reply must be scored as the server returned it: BFCL)",
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        """An http(s) URL with a host: anything else would fail only after the retries."""
+        from urllib.parse import urlsplit
+
+        try:
+            url = urlsplit(value)
+            ok = url.scheme in ("http", "https") and bool(url.hostname) and url.port != 0
+        except ValueError:  # a port that is not a number, or out of range
+            ok = False
+        if not ok:
+            raise ValueError(f"{value!r} is not an http(s) URL, e.g. {DEFAULT_BASE_URL}")
+        return value
 
     def fingerprint(self) -> dict[str, Any]:
         """What decides a run's results (endpoint, model, sampling): --resume must match it."""
@@ -285,7 +300,14 @@ class ChatModel(Model):
         models = await self._with_retries(
             lambda: self._client.models.list(timeout=timeout), probe=True
         )
-        return [m.id for m in models.data]
+        data = getattr(models, "data", None)
+        ids = [getattr(m, "id", None) for m in data] if isinstance(data, list) else [None]
+        if not all(isinstance(i, str) and i for i in ids):
+            raise ServerError(
+                f"{self.config.base_url}/models did not return a model list",
+                hint="is this an OpenAI-compatible endpoint?",
+            )
+        return [str(i) for i in ids]
 
     async def model_name(self) -> str:
         if self._model is None:
@@ -327,7 +349,16 @@ class ChatModel(Model):
         while True:
             try:
                 return await call()
-            except openai.APIError as exc:
+            except (ValueError, TypeError, AttributeError) as exc:  # the SDK's parse of the body
+                url = self.config.base_url
+                raise EndpointError(
+                    f"{url}: the reply is not a valid response ({type(exc).__name__}: "
+                    f"{str(exc)[:200]})",
+                    kind="other",
+                    url=url,
+                    hint="is this an OpenAI-compatible endpoint?",
+                ) from exc
+            except (openai.APIError, TimeoutError) as exc:
                 kind = failure_kind(exc)
                 delay = self._retry_delay(exc, kind, attempt, time.monotonic() - t0, probe)
                 if delay is None:
@@ -423,34 +454,77 @@ class ChatModel(Model):
         if stream:
             kwargs["stream_cls"] = AsyncStream[ChatCompletionChunk]
         t0 = time.monotonic()
-        r = await self._with_retries(lambda: post("/chat/completions", **kwargs))
-        if stream:
-            assert on_delta is not None
-            turn = await _collect_stream(r, on_delta)
-            turn.latency_s = time.monotonic() - t0
-            return recover(turn) if self.config.recover_calls else turn
-        if not r.choices:
-            raise ServerError(f"{self.config.base_url} returned no choices")
-        choice = r.choices[0]
-        msg = choice.message
-        calls = [
-            ToolCall(tc.id or _new_id(), tc.function.name, tc.function.arguments or "{}")
-            for tc in (msg.tool_calls or [])
-            if getattr(tc, "function", None) is not None
-        ]
-        turn = ModelTurn(
-            content=msg.content or "",
-            reasoning=_reasoning_of(msg),
-            tool_calls=calls,
-            finish_reason=choice.finish_reason,
-            prompt_tokens=getattr(r.usage, "prompt_tokens", 0) or 0,
-            completion_tokens=getattr(r.usage, "completion_tokens", 0) or 0,
-            latency_s=time.monotonic() - t0,
+        # A streamed reply may take long (its chunks keep the SDK's per-read timeout alive);
+        # a plain one must arrive within request_timeout_s in all, even one that trickles.
+        total = None if stream else self.config.request_timeout_s
+        r = await self._with_retries(
+            lambda: asyncio.wait_for(post("/chat/completions", **kwargs), total)
         )
+        try:
+            if stream:
+                assert on_delta is not None
+                turn = await _collect_stream(r, on_delta)
+            else:
+                turn = _turn_of(r)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ServerError(
+                f"{self.config.base_url} returned a malformed chat completion "
+                f"({type(exc).__name__}: {str(exc)[:200]})"
+            ) from exc
+        turn.latency_s = time.monotonic() - t0
         return recover(turn) if self.config.recover_calls else turn
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _text(value: Any) -> str:
+    """A message's text field: a string, None, or (from some servers) a list of text parts."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    if isinstance(value, list):
+        return "".join(p.get("text") or "" if isinstance(p, dict) else str(p) for p in value)
+    raise TypeError(f"a text field is a {type(value).__name__}")
+
+
+def _tokens(usage: Any, key: str) -> int:
+    value = getattr(usage, key, 0)
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _call_of(id_: Any, name: Any, arguments: Any) -> ToolCall:
+    """A tool call as received; a name or arguments of another type than text become text
+    (the loop then reports them to the model), never an exception."""
+    if not isinstance(arguments, str):
+        arguments = "{}" if arguments is None else json.dumps(arguments, ensure_ascii=False)
+    name = name if isinstance(name, str) else ("" if name is None else str(name))
+    return ToolCall(id_ if isinstance(id_, str) and id_ else _new_id(), name, arguments or "{}")
+
+
+def _turn_of(r: Any) -> ModelTurn:
+    """A non-streamed chat completion as a turn (TypeError/AttributeError: malformed)."""
+    if not r.choices or not isinstance(r.choices, list):
+        raise ValueError("no choices")
+    choice = r.choices[0]
+    msg = choice.message
+    if msg is None:
+        raise ValueError("a choice without a message")
+    raw_calls = msg.tool_calls or []
+    if not isinstance(raw_calls, list):
+        raise TypeError(f"tool_calls is a {type(raw_calls).__name__}")
+    calls = [
+        _call_of(tc.id, tc.function.name, tc.function.arguments)
+        for tc in raw_calls
+        if getattr(tc, "function", None) is not None
+    ]
+    return ModelTurn(
+        content=_text(msg.content),
+        reasoning=_reasoning_of(msg),
+        tool_calls=calls,
+        finish_reason=choice.finish_reason,
+        prompt_tokens=_tokens(r.usage, "prompt_tokens"),
+        completion_tokens=_tokens(r.usage, "completion_tokens"),
+    )
 
 
 async def _collect_stream(stream: Any, on_delta: DeltaHook) -> ModelTurn:
@@ -458,8 +532,8 @@ async def _collect_stream(stream: Any, on_delta: DeltaHook) -> ModelTurn:
     parts: dict[int, list[str]] = {}  # index → [id, name, arguments]
     async for chunk in stream:
         if getattr(chunk, "usage", None):
-            turn.prompt_tokens = chunk.usage.prompt_tokens or 0
-            turn.completion_tokens = chunk.usage.completion_tokens or 0
+            turn.prompt_tokens = _tokens(chunk.usage, "prompt_tokens")
+            turn.completion_tokens = _tokens(chunk.usage, "completion_tokens")
         if not chunk.choices:
             continue
         choice = chunk.choices[0]
@@ -469,8 +543,9 @@ async def _collect_stream(stream: Any, on_delta: DeltaHook) -> ModelTurn:
             turn.reasoning += reasoning
             on_delta("reasoning", reasoning)
         if delta.content:
-            turn.content += delta.content
-            on_delta("content", delta.content)
+            text = _text(delta.content)
+            turn.content += text
+            on_delta("content", text)
         for tc in delta.tool_calls or []:
             slot = parts.setdefault(tc.index, ["", "", ""])
             slot[0] = tc.id or slot[0]
@@ -478,9 +553,7 @@ async def _collect_stream(stream: Any, on_delta: DeltaHook) -> ModelTurn:
                 slot[1] += tc.function.name or ""
                 slot[2] += tc.function.arguments or ""
         turn.finish_reason = choice.finish_reason or turn.finish_reason
-    turn.tool_calls = [
-        ToolCall(p[0] or _new_id(), p[1], p[2] or "{}") for _, p in sorted(parts.items())
-    ]
+    turn.tool_calls = [_call_of(*p) for _, p in sorted(parts.items())]
     return turn
 
 
@@ -519,6 +592,8 @@ def failure_kind(exc: BaseException) -> FailureKind:
 
     if isinstance(exc, openai.APIStatusError):
         return "status"
+    if isinstance(exc, TimeoutError):  # request_timeout_s over a whole request
+        return "timeout"
     if not isinstance(exc, openai.APIConnectionError):
         return "other"
     root = _root_cause(exc)

@@ -34,9 +34,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 common_callback(app, "astra-eval")
-arenas_app = typer.Typer(help="RL arenas in the ASTRA-RL format.", no_args_is_help=False)
+arenas_app = typer.Typer(
+    help="RL arenas in the ASTRA-RL format: run a model on them, or validate a task file.\n\n"
+    "Example: astra-eval arenas --data eval/arenas/data/heldout.jsonl --out runs/arenas",
+    no_args_is_help=False,
+)
 app.add_typer(arenas_app, name="arenas")
-bfcl_app = typer.Typer(help="BFCL-V3 multi-turn (official data and checker semantics).")
+bfcl_app = typer.Typer(
+    help="BFCL-V3 multi-turn (official data and checker semantics): run a model, re-score a "
+    "run with the official checker (parity), or score official result files (score).\n\n"
+    "Example: astra-eval bfcl --base-url http://127.0.0.1:8000/v1 --concurrency 16 --out runs/bfcl"
+)
 app.add_typer(bfcl_app, name="bfcl")
 
 
@@ -321,7 +329,7 @@ def bfcl_parity(
 
     Example: astra-eval bfcl parity --out runs/bfcl --official-bfcl .venv-bfcl/bin/bfcl
     """
-    from eval.bfcl.parity import compare, export_official, official_evaluate
+    from eval.bfcl.parity import comparable, compare, export_official, official_evaluate
     from eval.bfcl.runner import BFCLRecord
     from eval.results import RESULTS, read_results
 
@@ -334,16 +342,25 @@ def bfcl_parity(
     checks = [("the official checker", compare(records))]
     if official_bfcl is not None:
         checks.append(("the official `bfcl evaluate`", official_evaluate(records, official_bfcl)))
+    compared = len(comparable(records))
+    skipped = len(records) - compared
     for what, diffs in checks:
         for d in diffs[:20]:
             err_console.print(f"[red]differs ({what}):[/] {d}")
         console.print(
-            f"{len(records)} entries re-scored with {what}: "
-            f"{len(records) - len(diffs)} agree, {len(diffs)} differ"
+            f"{compared} entries re-scored with {what}: "
+            f"{compared - len(diffs)} agree, {len(diffs)} differ"
+        )
+    if skipped:
+        console.print(
+            f"{skipped} of {len(records)} entries not compared: recorded as inference errors "
+            f"(rerun them with `astra-eval bfcl --out {out} --retry-errors`)"
         )
     console.print(f"official-format results: {', '.join(str(f) for f in files)}")
     if any(diffs for _, diffs in checks):
         raise typer.Exit(1)
+    if not compared:
+        raise ConfigError(f"no entry of {path} could be compared: all are inference errors")
 
 
 @bfcl_app.command("score")

@@ -82,6 +82,11 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 def ensure_writable_dir(out: Path, what: str = "results") -> None:
     """Create ``out`` and prove a file can be written there, before any work starts."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(
+            f"cannot write {what} to {out}: it is a file, not a directory",
+            hint="--out names a directory",
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".astra-write-check-"):

@@ -120,15 +120,19 @@ def export_official(records: list[dict[str, Any]], out_dir: Path, model: str) ->
     return files
 
 
+def comparable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records a parity check compares: not those of inference errors (the official
+    runner has its own record of those)."""
+    return [r for r in records if r.get("error_kind") != "inference"]
+
+
 def _differences(
     records: list[dict[str, Any]], official: Callable[[dict[str, Any]], Verdict]
 ) -> list[dict[str, Any]]:
-    """Every record whose verdict differs from ``official(record)`` (empty: full parity).
-    Records of inference errors are left out: the official runner has its own record of those."""
+    """Every :func:`comparable` record whose verdict differs from ``official(record)``
+    (empty: full parity)."""
     out = []
-    for r in records:
-        if r.get("error_kind") == "inference":
-            continue
+    for r in comparable(records):
         ours = (bool(r["valid"]), None if r["valid"] else r["error_type"])
         theirs = official(r)
         if ours != theirs:

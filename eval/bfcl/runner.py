@@ -100,6 +100,14 @@ def select(cfg: BFCLConfig) -> list[Entry]:
         if unknown:
             raise ConfigError(f"unknown BFCL id(s): {', '.join(unknown[:5])}")
         entries = [e for e in entries if e.id in set(cfg.ids)]
+        left_out = sorted(set(cfg.ids) - {e.id for e in entries})
+        if left_out:  # an id of another category, or past --limit: it would not run
+            raise ConfigError(
+                f"BFCL id(s) not in the selected entries: {', '.join(left_out[:5])} "
+                f"(categories {', '.join(cfg.categories)}"
+                + (f", first {cfg.limit} of each)" if cfg.limit else ")"),
+                hint="add their categories to --categories (or raise --limit)",
+            )
     return entries
 
 

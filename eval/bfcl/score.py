@@ -24,6 +24,7 @@ official one uses its registry's display name), the failing entries' ``details``
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from functools import cache
@@ -35,6 +36,7 @@ from eval.bfcl.backend import decode_step
 from eval.bfcl.checker import TurnVerdict, check_entry
 from eval.bfcl.official import CATEGORIES, Entry, function_docs, load_category, package_dir
 
+log = logging.getLogger(__name__)
 RESULT_FILE = re.compile(r"^BFCL_v[34]_multi_turn_(\w+?)_result\.json$")
 NOT_A_LIST = "Error during inference phase. Model did not output a list of model responses."
 COLUMNS = ["Base", "Miss Func", "Miss Param", "Long Context"]
@@ -195,8 +197,15 @@ def _result_files(result_dir: Path) -> dict[str, dict[str, Path]]:
             continue
         rel = path.relative_to(result_dir).parts
         model = rel[0] if len(rel) > 1 else result_dir.resolve().name
-        if match[1] in found.setdefault(model, {}):
-            raise ConfigError(f"two result files for {model}/{match[1]}: {path}")
+        other = found.setdefault(model, {}).get(match[1])
+        if other is not None and other.parent == path.parent and other.name != path.name:
+            # BFCL_v3_ and BFCL_v4_ files side by side: the official evaluator reads v4 only
+            v3, v4 = sorted([other, path], key=lambda p: p.name)
+            log.warning("%s: scoring %s, not the older %s", model, v4.name, v3.name)
+            found[model][match[1]] = v4
+            continue
+        if other is not None:
+            raise ConfigError(f"two result files for {model}/{match[1]}: {other} and {path}")
         found[model][match[1]] = path
     if not found:
         raise ConfigError(
