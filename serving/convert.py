@@ -46,6 +46,7 @@ from serving.safetensors_io import (
     convert_bytes,
     fsync_dir,
     header_bytes,
+    swap_into_place,
 )
 
 log = logging.getLogger(__name__)
@@ -370,11 +371,7 @@ def convert_checkpoint(
         hf_src = _merge_verl(actor, tmp) if actor else src
         n, shards, written = _convert_hf(hf_src, out, TARGET_DTYPES[dtype], max_shard, progress)
         fsync_dir(out)
-        old = dst.parent / f".{dst.name}.old-{os.getpid()}"
-        if dst.exists():
-            dst.rename(old)
-        out.rename(dst)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_into_place(out, dst)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return ConvertResult(dst, n, shards, written, "verl-fsdp" if actor else "hf")

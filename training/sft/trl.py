@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
+from serving.safetensors_io import swap_into_place
 from training.sft.common import (
     FINAL_DIR,
     METRICS_FILE,
@@ -283,11 +284,7 @@ def _save_final(trainer: Any, tokenizer: Any, serving: str, out: Path) -> Path:
         trainer.save_model(str(tmp))
         tokenizer.chat_template = serving
         tokenizer.save_pretrained(str(tmp))
-        old = out / f".{FINAL_DIR}.old-{os.getpid()}"
-        if final.exists():
-            final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_into_place(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
