@@ -50,6 +50,7 @@ _REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
 class _Compiled:
     validator: Any  # None: not checked
     why: str = ""  # why not
+    regexes: bool = True  # it matches regular expressions: check off the loop, under a deadline
 
 
 _VALIDATORS: dict[int, tuple[ToolSpec, _Compiled]] = {}  # by tool spec object
@@ -180,7 +181,8 @@ def compile_schema(schema: Any) -> _Compiled:
         return _Compiled(None, f"it is not a valid JSON schema ({exc.message})")
     bounded = {k: f for k, f in _BOUNDED.items() if k in base.VALIDATORS}
     cls = jsonschema.validators.extend(base, bounded)
-    return _Compiled(cls(schema, registry=_registry()))
+    regexes = any(k in ("pattern", "patternProperties") for k, _, _ in _walk(schema))
+    return _Compiled(cls(schema, registry=_registry()), regexes=regexes)
 
 
 def _compiled(spec: ToolSpec) -> _Compiled:
@@ -234,9 +236,15 @@ def _skip(spec: ToolSpec, why: str) -> None:
 
 
 async def schema_error(spec: ToolSpec, args: Any, timeout_s: float = SCHEMA_BUDGET_S) -> str | None:
-    """Check ``args`` off the event loop within min(timeout_s, SCHEMA_BUDGET_S) seconds."""
+    """Check ``args`` within min(timeout_s, SCHEMA_BUDGET_S) seconds: off the event loop the
+    first time (compiling) and whenever the schema matches regular expressions."""
     budget = min(timeout_s, SCHEMA_BUDGET_S)
     deadline = time.monotonic() + budget
+    hit = _VALIDATORS.get(id(spec))
+    if hit is not None and hit[0] is spec and not hit[1].regexes:
+        # Compiled already and no regular expression in it: plain Python bounded by the size
+        # of the arguments, cheaper inline than a thread hop on every call.
+        return _first_error(spec, args, deadline)
     try:
         async with asyncio.timeout(budget + 0.5):
             return await asyncio.to_thread(_first_error, spec, args, deadline)

@@ -117,7 +117,7 @@ def _eval_record(rec: dict[str, Any], file: str, line: int) -> Candidate:
         )
     traj = Trajectory.model_validate(traj_data)
     cand = _from_trajectory(traj, file, line, source)
-    reward = rec.get("reward")
+    reward = _reward(rec)
     if source == "bfcl" and isinstance(rec.get("valid"), bool):
         reward = 1.0 if rec["valid"] else 0.0
     meta: dict[str, Any] = {**cand.meta}
@@ -130,7 +130,7 @@ def _eval_record(rec: dict[str, Any], file: str, line: int) -> Candidate:
         cand.messages,
         cand.offers,
         termination=cand.termination,
-        reward=float(reward) if isinstance(reward, int | float) else None,
+        reward=reward,
         meta=meta,
     )
 
@@ -195,7 +195,6 @@ def _astra_record(rec: dict[str, Any], file: str, line: int) -> Candidate:
         raise ConfigError(f"{file}:{line}: an ASTRA-SFT-1k record whose trajectory is not a list")
     messages, unused = _astra_messages(raw)
     unused |= {k for k in rec if k not in ASTRA_USED}
-    reward = rec.get("reward")
     return Candidate(
         file=file,
         line=line,
@@ -203,9 +202,15 @@ def _astra_record(rec: dict[str, Any], file: str, line: int) -> Candidate:
         record_id=str(rec.get("id", f"{Path(file).name}:{line}")),
         messages=messages,
         offers=[(0, _astra_tools(rec))],
-        reward=float(reward) if isinstance(reward, int | float) else None,
+        reward=_reward(rec),
         unused=tuple(sorted(unused)),
     )
+
+
+def _reward(rec: dict[str, Any]) -> float | None:
+    """The record's reward where it carries a number."""
+    reward = rec.get("reward")
+    return float(reward) if isinstance(reward, int | float) else None
 
 
 def _openai_record(rec: dict[str, Any], file: str, line: int) -> Candidate:
@@ -213,7 +218,6 @@ def _openai_record(rec: dict[str, Any], file: str, line: int) -> Candidate:
     messages = _json_field(rec["messages"])
     if not isinstance(messages, list) or not isinstance(tools, list):
         raise ConfigError(f"{file}:{line}: `messages` and `tools` must be lists")
-    reward = rec.get("reward")
     return Candidate(
         file=file,
         line=line,
@@ -221,7 +225,7 @@ def _openai_record(rec: dict[str, Any], file: str, line: int) -> Candidate:
         record_id=str(rec.get("id", f"{Path(file).name}:{line}")),
         messages=messages,
         offers=[(0, tools)],
-        reward=float(reward) if isinstance(reward, int | float) else None,
+        reward=_reward(rec),
     )
 
 
