@@ -18,6 +18,7 @@ from astra_agent.model import ChatModel, EndpointError, Model, ModelConfig, Mode
 from astra_agent.trajectory import (
     CallEvent,
     Termination,
+    TokenRecord,
     ToolChange,
     Trajectory,
     append_jsonl,
@@ -44,6 +45,7 @@ __all__ = [
     "ResetUnsupportedError",
     "ServerError",
     "Termination",
+    "TokenRecord",
     "ToolCall",
     "ToolChange",
     "ToolError",

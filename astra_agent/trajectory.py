@@ -100,6 +100,30 @@ def tool_change(
     return ToolChange(at_message=at_message, added=names, removed=removed, schemas=added)
 
 
+class TokenRecord(BaseModel):
+    """The tokens of an episode as a token-level policy sampled them (RL rollouts).
+
+    ``prompt_ids`` render the messages before the first model call (with the generation
+    prompt); ``response_ids`` are everything after, in order: sampled tokens (mask 1) and the
+    template's tokens for tool results and turn headers (mask 0). ``logprobs`` has one entry per
+    response token: the sampler's log-probability for sampled tokens, 0.0 for masked ones.
+    ``rerender_match`` says whether the chat template, re-rendering the final messages, gives
+    exactly ``prompt_ids + response_ids`` (None: not checked); ``rerender_diff`` says where
+    they first differ. A mismatch is reported, never fixed: the trained ids are the sampled
+    ones."""
+
+    prompt_ids: list[int] = Field(default_factory=list)
+    response_ids: list[int] = Field(default_factory=list)
+    response_mask: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    rerender_match: bool | None = None
+    rerender_diff: str = ""
+
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(self.response_mask)
+
+
 class Trajectory(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -118,6 +142,7 @@ class Trajectory(BaseModel):
     events: list[CallEvent] = Field(default_factory=list)
     recovered_calls: int = 0
     metadata: dict[str, Any] = Field(default_factory=dict)
+    tokens: TokenRecord | None = None  # set by a token-level policy (RL rollouts)
 
     @property
     def final_answer(self) -> str:
