@@ -59,6 +59,7 @@ bench: setup
 	$(VENV)/bin/python bench/convert.py
 	$(VENV)/bin/python bench/agent_overhead.py
 	$(VENV)/bin/python bench/sandbox.py
+	$(VENV)/bin/python bench/rollout.py
 	$(VENV)/bin/python bench/sft.py
 
 clean:
