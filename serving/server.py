@@ -55,6 +55,9 @@ class ServeConfig(BaseModel):
     startup_timeout_s: float = Field(600.0, gt=0)
     generation: dict[str, float | int] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(
+        default_factory=dict, description="environment variables set for the vLLM process"
+    )
     python: str | None = None
     log_file: Path | None = None
 
@@ -289,7 +292,7 @@ class VLLMServer:
             and "VLLM_CPU_KVCACHE_SPACE" not in os.environ
         ):
             out["VLLM_CPU_KVCACHE_SPACE"] = str(self.cfg.cpu_kvcache_space_gib)
-        return out
+        return out | self.cfg.env
 
     def shell_command(self) -> str:
         """The launch as one copy-pasteable shell line: ``VAR=value … python -m vllm… ARGS``."""
