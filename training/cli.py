@@ -14,12 +14,15 @@ from astra_agent.config import load_config
 from astra_agent.console import cli_errors, console, err_console
 from astra_agent.options import common_callback
 from training.data_cli import data_app
+from training.rl.config import RLConfig
 from training.sft.config import SFTConfig
 
 app = typer.Typer(
     name="astra-train",
-    help="Train ASTRA: trajectories → SFT data → SFT (TRL on one machine, verl on a cluster).\n\n"
-    "Example: astra-train sft --config training/recipes/sft-tiny-cpu.yaml --output-dir runs/sft",
+    help="Train ASTRA: trajectories → SFT data → SFT → multi-turn RL (TRL on one machine, "
+    "verl on a cluster).\n\n"
+    "Example: astra-train sft --config training/recipes/sft-tiny-cpu.yaml --output-dir runs/sft\n\n"
+    "Example: astra-train rl --config training/recipes/rl-tiny-cpu.yaml --output-dir runs/rl",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -118,6 +121,87 @@ def sft(
         result = run_trl(cfg, hook)
     if result.resumed_from:
         console.print(f"resumed from {result.resumed_from}")
+    console.print(f"trained {result.steps} steps: {result.final}")
+    if result.converted:
+        console.print(f"converted for serving: {result.converted}")
+    console.print(f"metrics: {cfg.output_dir}/metrics.jsonl")
+
+
+def _rl_progress(step: int, total: int, rec: dict[str, Any]) -> None:
+    abf = rec.get("abf") or {}
+    line = (
+        f"rl step {step}/{total}  reward {rec.get('reward_mean', 0):.3f} "
+        f"(sampled {rec.get('reward_mean_sampled', 0):.3f})  solved {rec.get('solved', 0):.2f}  "
+        f"abf {abf.get('valid', 0)}/{abf.get('sampled', 0)} valid, "
+        f"buffered {abf.get('buffered', 0)}  "
+        f"rollout {rec.get('rollout_s', 0):.1f}s update {rec.get('update_s') or 0:.1f}s"
+    )
+    if "eval_reward" in rec:
+        line += f"  held-out {rec['eval_reward']:.3f}"
+    err_console.print(line, highlight=False)
+
+
+@app.command()
+@cli_errors
+def rl(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Recipe (YAML or JSON).")],
+    output_dir: Annotated[Path | None, typer.Option(help="Run directory.")] = None,
+    model: Annotated[Path | None, typer.Option(help="HF checkpoint to start from.")] = None,
+    train_file: Annotated[
+        list[Path] | None, typer.Option(help="Arena records, JSONL or parquet (repeatable).")
+    ] = None,
+    heldout_file: Annotated[
+        list[Path] | None, typer.Option(help="Held-out arena records (repeatable).")
+    ] = None,
+    backend: Annotated[str | None, typer.Option(help="trl or verl.")] = None,
+    steps: Annotated[int | None, typer.Option(help="Optimizer steps.")] = None,
+    group_size: Annotated[int | None, typer.Option(help="Rollouts per prompt.")] = None,
+    batch_groups: Annotated[int | None, typer.Option(help="Valid groups per step.")] = None,
+    learning_rate: Annotated[float | None, typer.Option(help="Learning rate.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
+    resume: Annotated[
+        bool | None, typer.Option(help="Continue from the newest complete checkpoint.")
+    ] = None,
+) -> None:
+    """Multi-turn RL with verifiable rewards on arena tasks (GRPO, Adaptive Batch Filling,
+    token-mean loss); flags and ASTRA_TRAIN_* variables override the recipe.
+
+    Example: astra-train rl --config training/recipes/rl-tiny-cpu.yaml --model runs/sft-tiny/final
+    --output-dir runs/rl --steps 20
+    """
+    cfg = load_config(
+        RLConfig,
+        config,
+        _overrides(
+            output_dir=output_dir,
+            model=model,
+            train_files=train_file,
+            heldout_files=heldout_file,
+            backend=backend,
+            steps=steps,
+            group_size=group_size,
+            batch_groups=batch_groups,
+            learning_rate=learning_rate,
+            seed=seed,
+            resume=resume,
+        ),
+        env_prefix=ENV_PREFIX,
+    )
+    if cfg.backend == "verl":
+        from training.rl.verl import run_verl
+
+        job = run_verl(cfg)
+        console.print(f"verl config: {job.config_file} (overrides: {job.overrides_file})")
+        if not job.ran:
+            console.print(f"launch it with: bash {job.launch_script}   (or set verl.run: true)")
+        return
+    from training.rl.trl import run_trl
+
+    result = run_trl(cfg, _rl_progress)
+    if result.resumed_from:
+        console.print(f"resumed from {result.resumed_from}")
+    if result.skipped_records:
+        console.print(f"skipped {len(result.skipped_records)} record(s) that failed to load")
     console.print(f"trained {result.steps} steps: {result.final}")
     if result.converted:
         console.print(f"converted for serving: {result.converted}")

@@ -69,11 +69,12 @@ def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [f"{prefix} ({old!r} → {new!r})"]
 
 
-def prepare_run_dir(cfg: SFTConfig) -> bool:
-    """Create ``output_dir`` or check that it was made by the same config; return whether a
-    checkpoint should be resumed from. A different config: a ConfigError naming the keys."""
+def prepare_run_dir(cfg: Any, run_name: str = RUN_FILE, command: str = "astra-train sft") -> bool:
+    """Create ``output_dir`` or check that it was made by the same config (``cfg``: an SFT or
+    RL config, anything with ``output_dir``, ``resume`` and ``fingerprint()``); return whether
+    a checkpoint should be resumed from. A different config: a ConfigError naming the keys."""
     out = cfg.output_dir
-    run_file = out / RUN_FILE
+    run_file = out / run_name
     new = cfg.fingerprint()
     if run_file.is_file():
         try:
@@ -91,11 +92,11 @@ def prepare_run_dir(cfg: SFTConfig) -> bool:
         return cfg.resume
     if out.exists() and any(out.iterdir()):
         raise ConfigError(
-            f"{out} is not empty and holds no {RUN_FILE}: not an `astra-train sft` run",
+            f"{out} is not empty and holds no {run_name}: not an `{command}` run",
             hint="pick a new --output-dir",
         )
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".{RUN_FILE}.tmp"
+    tmp = out / f".{run_name}.tmp"
     payload = {"fingerprint": new, "digest": cfg.fingerprint_digest()}
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     tmp.rename(run_file)

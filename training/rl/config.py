@@ -1,0 +1,146 @@
+"""The one config of ``astra-train rl`` (YAML/JSON, ``ASTRA_TRAIN_*`` variables, flags).
+
+Backend-neutral fields first (what the paper fixes or what we chose where it is silent: see
+the recipes for the reasons), then the rollout, Adaptive Batch Filling and sandbox sections,
+then one section per backend. Both backends roll out through the same loop
+(``training.rl.rollout``), score with the same reward (``astra_agent.arena``) and fill batches
+with the same ``AdaptiveBatchFiller``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from astra_agent.sandbox import SandboxLimits
+from training.sft.config import ConvertOptions, TRLOptions
+
+
+class ABFOptions(BaseModel):
+    """Adaptive Batch Filling (``training.rl.core.AdaptiveBatchFiller``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="off: every sampled group trains (plain GRPO)")
+    delta: float = Field(0.0, ge=0, description="a group is valid if its rewards' std > delta")
+    max_age: int = Field(2, ge=0, description="steps a buffered valid group may wait")
+    max_flat_rounds: int = Field(
+        8, ge=1, description="rounds in a row without a valid group before giving up"
+    )
+    oversample: float = Field(
+        1.0, ge=1.0, description="prompts rolled out per missing valid group in a round"
+    )
+
+
+class RolloutOptions(BaseModel):
+    """How episodes are sampled: the engine, sampling, and the episode's bounds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: Literal["vllm", "hf"] = Field(
+        "vllm", description="vllm: a vLLM server, weights reloaded after each update; "
+        "hf: the trainer's own model, one sequence at a time (tests)"
+    )  # fmt: skip
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(-1, ge=-1, description="-1: off")
+    max_turns: int = Field(32, ge=1, description="model calls per episode (paper: 32)")
+    max_tokens_per_turn: int = Field(8192, ge=1, description="tokens one model call may sample")
+    max_prompt_tokens: int = Field(25600, ge=16, description="the first prompt (paper: 25,600)")
+    max_response_tokens: int = Field(
+        49152, ge=16, description="all tokens after the prompt, tool results included "
+        "(paper: 49,152)"
+    )  # fmt: skip
+    tool_timeout_s: float = Field(30.0, gt=0)
+    max_tool_output_chars: int = Field(8000, ge=200)
+    concurrency: int = Field(64, ge=1, description="episodes in flight at once")
+    serve: dict[str, Any] = Field(
+        default_factory=lambda: {"dtype": "float32"},
+        description="overrides of the tiny-cpu vLLM profile for the rollout server",
+    )
+
+
+class VerlRLOptions(BaseModel):
+    """A cluster: verl's PPO trainer (GRPO estimator, FSDP actor, vLLM/SGLang rollouts) with
+    our agent loop, sampler and reward; launched as ``python -m verl.trainer.main_ppo``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nnodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(8, ge=1)
+    rollout_name: Literal["vllm", "sglang"] = "vllm"
+    tensor_model_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+    ppo_micro_batch_size_per_gpu: int = Field(1, ge=1)
+    ulysses_sequence_parallel_size: int = Field(1, ge=1)
+    strategy: Literal["fsdp", "fsdp2"] = "fsdp2"
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    ray_address: str = "http://127.0.0.1:8265"
+    run: bool = Field(False, description="run the launch line (else only write it)")
+    overrides: list[str] = Field(
+        default_factory=list, description="extra verl Hydra overrides, key=value"
+    )
+
+
+class RLConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["trl", "verl"] = "trl"
+    model: Path = Field(description="HF checkpoint to start from (an SFT checkpoint)")
+    train_files: list[Path] = Field(
+        min_length=1, description="arena records (ASTRA-RL-1k format): JSONL or parquet"
+    )
+    heldout_files: list[Path] = Field(default_factory=list, description="evaluated every N")
+    output_dir: Path
+    steps: int = Field(100, ge=1, description="optimizer steps (one per batch)")
+    group_size: int = Field(8, ge=2, description="rollouts per prompt (GRPO group)")
+    batch_groups: int = Field(256, ge=1, description="valid prompt groups per step (paper: 256)")
+    learning_rate: float = Field(2e-6, gt=0, description="paper: 2e-6")
+    lr_scheduler: Literal["constant", "cosine", "linear"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    clip_high: float = Field(0.28, gt=0)
+    advantage_eps: float = Field(1e-6, gt=0)
+    advantage_scale: Literal["std", "none"] = "std"
+    micro_batch_size: int = Field(4, ge=1, description="sequences per forward/backward")
+    seed: int = 0
+    save_steps: int = Field(10, ge=1)
+    save_total_limit: int = Field(2, ge=1)
+    eval_every: int = Field(0, ge=0, description="held-out evaluation every N steps (0: off)")
+    eval_limit: int | None = Field(None, ge=1, description="held-out tasks per evaluation")
+    resume: bool = Field(True, description="continue from the newest complete checkpoint")
+    abf: ABFOptions = Field(default_factory=ABFOptions)
+    rollout: RolloutOptions = Field(default_factory=RolloutOptions)
+    sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
+    unsafe_no_sandbox: bool = False
+    trl: TRLOptions = Field(default_factory=TRLOptions)
+    verl: VerlRLOptions = Field(default_factory=VerlRLOptions)
+    convert: ConvertOptions = Field(default_factory=ConvertOptions)
+
+    @model_validator(mode="after")
+    def _clip(self) -> RLConfig:
+        if self.rollout.max_tokens_per_turn > self.rollout.max_response_tokens:
+            self.rollout.max_tokens_per_turn = self.rollout.max_response_tokens
+        return self
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must match to resume into ``output_dir`` (everything that shapes training)."""
+        keep = self.model_dump(
+            mode="json",
+            exclude={"resume", "save_steps", "save_total_limit", "eval_every", "eval_limit"},
+        )
+        keep.pop("convert")
+        keep.pop("verl")
+        keep["rollout"].pop("concurrency")
+        return keep
+
+    def fingerprint_digest(self) -> str:
+        text = json.dumps(self.fingerprint(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,387 @@
+"""``backend: trl``: multi-turn RL on one machine with TRL's ``GRPOTrainer``.
+
+TRL's trainer keeps what it does well — the optimizer, schedule, gradient accumulation,
+checkpoints, resume, logging — and :class:`ArenaGRPOTrainer` (a subclass) replaces the one
+method that turns a batch of prompts into a batch of scored completions,
+``_generate_and_score_completions``. TRL cannot host Adaptive Batch Filling through its public
+hooks: ``rollout_func`` is called once per generation batch with the dataloader's prompts and
+must return exactly that many completions, while ABF rolls out *more* prompts than the batch
+holds (until it has enough valid groups) and carries surplus groups to later steps. So our
+method asks the :class:`~training.rl.batch.BatchCollector` for the step's batch (our
+rollouts, reward, ABF, GRPO advantages) and TRL's dataloader only paces the steps; the prompts
+come from our seeded, resumable task sampler.
+
+The loss is ours too (:func:`training.rl.core.policy_loss`, the batch-level token mean,
+``beta = 0``: no reference model, no KL, no entropy): ``_compute_loss`` divides each
+micro-batch's token sum by the token count of the whole step's batch, so the accumulated
+gradient is that of one token mean over the batch. A test checks that TRL's own ``dapo`` loss
+gives the same value on the same tensors.
+
+Rollouts run on a persistent event loop (``asyncio.Runner``) so that pooled sandboxes and the
+engine's connections live across steps. Engines: ``hf`` samples with the trained model itself
+(one sequence at a time; tests); ``vllm`` samples from a vLLM server whose weights are reloaded
+after every optimizer step (``training.rl.vllm_engine``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from astra_agent.errors import ConfigError
+from training.rl.batch import BatchCollector, ProgressHook, StepBatch, load_tasks
+from training.rl.config import RLConfig
+from training.rl.core import policy_loss
+from training.rl.engine import RolloutEngine, make_engine
+from training.rl.rollout import settings_of
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "astra-rl-state.json"
+
+
+@dataclass
+class RLResult:
+    output_dir: Path
+    final: Path
+    converted: Path | None
+    steps: int
+    resumed_from: Path | None
+    skipped_records: list[str]
+
+
+def batch_tensors(batch: StepBatch, pad_id: int) -> dict[str, Any]:
+    """The step's episodes as the tensors TRL's loss reads: prompts left-padded, responses
+    right-padded; ``tool_mask`` 0 on template/tool tokens; one advantage per episode."""
+    import torch
+
+    eps = batch.episodes
+    recs = [e.trajectory.tokens for e in eps]
+    prompts = [r.prompt_ids if r else [] for r in recs]
+    responses = [r.response_ids if r else [] for r in recs]
+    masks = [r.response_mask if r else [] for r in recs]
+    p_len = max(1, max(len(p) for p in prompts))
+    r_len = max(1, max(len(r) for r in responses))
+    prompt_ids = torch.full((len(eps), p_len), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((len(eps), p_len), dtype=torch.long)
+    completion_ids = torch.full((len(eps), r_len), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((len(eps), r_len), dtype=torch.long)
+    tool_mask = torch.zeros((len(eps), r_len), dtype=torch.long)
+    sampled = torch.zeros((len(eps), r_len), dtype=torch.float32)
+    for i, (p, r, m) in enumerate(zip(prompts, responses, masks, strict=True)):
+        if p:
+            prompt_ids[i, p_len - len(p) :] = torch.tensor(p)
+            prompt_mask[i, p_len - len(p) :] = 1
+        if r:
+            completion_ids[i, : len(r)] = torch.tensor(r)
+            completion_mask[i, : len(r)] = 1
+            tool_mask[i, : len(r)] = torch.tensor(m)
+            sampled[i, : len(r)] = torch.tensor(recs[i].logprobs)  # type: ignore[union-attr]
+    num_items = (completion_mask * tool_mask).sum()
+    return {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "tool_mask": tool_mask,
+        "advantages": torch.tensor(batch.advantages, dtype=torch.float32),
+        "sampling_logps": sampled,
+        "num_items_in_batch": num_items,
+    }
+
+
+def trim_padding(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Drop the columns that are padding in every row of a micro-batch (the step's batch is
+    padded to its longest prompt and response): a micro-batch of one sequence then has no
+    padding at all, and attention runs without a mask, as in the SFT backend's packed rows."""
+    pm, cm = inputs["prompt_mask"], inputs["completion_mask"]
+    cols = pm.any(0).nonzero()
+    lead = int(cols[0]) if len(cols) else pm.size(1) - 1
+    rows = cm.any(0).nonzero()
+    tail = int(rows[-1]) + 1 if len(rows) else 1
+    out = dict(inputs)
+    for key in ("prompt_ids", "prompt_mask"):
+        out[key] = inputs[key][:, lead:]
+    for key in ("completion_ids", "completion_mask", "tool_mask", "sampling_logps"):
+        out[key] = inputs[key][:, :tail]
+    return out
+
+
+def _trainer_class() -> type:
+    from trl import GRPOTrainer
+
+    class ArenaGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer with our step batch (ABF over arena rollouts) and our loss."""
+
+        rl: RLConfig
+        engine: RolloutEngine
+        collector: BatchCollector
+        runner: asyncio.Runner
+        heldout: list[Any]
+        step_stats: dict[str, Any]
+
+        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+            model: Any = self.model
+            if not model.training:
+                raise ConfigError("evaluation goes through BatchCollector.evaluate, not TRL's")
+            step = self.state.global_step + 1
+            self.runner.run(self.engine.sync(self.model, step - 1))
+            stats: dict[str, Any] = {}
+            if self.rl.eval_every and self.heldout and (step - 1) % self.rl.eval_every == 0:
+                stats.update(
+                    self.runner.run(self.collector.evaluate(self.engine.generator, self.heldout))
+                )
+            batch = self.runner.run(self.collector.collect(self.engine.generator, step))
+            stats.update(batch.stats)
+            self.step_stats = {"step": step, **stats, "_t_update": time.monotonic()}
+            tokenizer: Any = self.processing_class
+            pad = tokenizer.pad_token_id or 0
+            out = batch_tensors(batch, pad)
+            return {k: v.to(self.accelerator.device) for k, v in out.items()}
+
+        def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+            import torch
+
+            inputs = trim_padding(inputs)
+            ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+            attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+            keep = inputs["completion_ids"].size(1)
+            logp, _, _ = self._get_per_token_logps_and_entropies(model, ids, attn, keep)
+            mask = inputs["completion_mask"] * inputs["tool_mask"]
+            # one token mean over the step's batch: each micro-batch's sum over the tokens of
+            # the whole batch. TRL tells the Trainer its loss is already scaled for gradient
+            # accumulation (compute_loss_func set), so the Trainer adds no division; should a
+            # version divide by the accumulation steps, multiply them back
+            total = float(inputs["num_items_in_batch"])
+            if self.compute_loss_func is None:
+                total /= self.current_gradient_accumulation_steps
+            loss, st = policy_loss(
+                logp, logp.detach(), inputs["advantages"], mask,
+                clip_low=self.rl.clip_low, clip_high=self.rl.clip_high, num_tokens=total,
+            )  # fmt: skip
+            self._metrics["train"]["clip_ratio/region_mean"].append(st.clip_fraction)
+            # how far the sampler's log-probs are from the trainer's on the same tokens: ≈0
+            # when the rollout engine serves the current weights (a stale or drifting engine
+            # shows here first)
+            gap = (
+                (logp.detach() - inputs["sampling_logps"]).abs() * mask
+            ).sum() / mask.sum().clamp(min=1)
+            self._metrics["train"]["sampling/logp_gap"].append(float(gap))
+            return loss
+
+    return ArenaGRPOTrainer
+
+
+def arena_reward(prompts: Any, completions: Any, **kwargs: Any) -> list[float]:
+    """TRL requires a reward source at construction; ours is computed inside the rollouts
+    (``rollout_episode``: ASTRA's F1 over sub-questions), so TRL never calls this."""
+    raise RuntimeError("arena rewards are computed by the rollouts, not by TRL")
+
+
+def grpo_args(cfg: RLConfig, device: str) -> Any:
+    """TRL's ``GRPOConfig``: one optimizer step per batch of ``batch_groups × group_size``
+    episodes, in micro-batches of ``micro_batch_size``; beta 0; the token-mean loss."""
+    from trl import GRPOConfig
+
+    episodes = cfg.batch_groups * cfg.group_size
+    if episodes % cfg.micro_batch_size:
+        raise ConfigError(
+            f"micro_batch_size={cfg.micro_batch_size} must divide the step's {episodes} "
+            f"episodes (batch_groups × group_size)"
+        )
+    accum = episodes // cfg.micro_batch_size
+    return GRPOConfig(
+        output_dir=str(cfg.output_dir),
+        use_cpu=device == "cpu",
+        bf16=cfg.trl.dtype == "bfloat16" and device != "cpu",
+        report_to="none",
+        disable_tqdm=True,
+        seed=cfg.seed,
+        per_device_train_batch_size=cfg.micro_batch_size,
+        gradient_accumulation_steps=accum,
+        steps_per_generation=accum,
+        num_generations=cfg.group_size,
+        num_iterations=1,
+        beta=0.0,
+        loss_type="dapo",
+        epsilon=cfg.clip_low,
+        epsilon_high=cfg.clip_high,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_steps,
+        weight_decay=cfg.weight_decay,
+        max_grad_norm=cfg.max_grad_norm,
+        max_steps=cfg.steps,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        dataloader_num_workers=0,
+        use_vllm=False,
+        log_completions=False,
+    )
+
+
+def _state_hooks(trainer: Any, collector: BatchCollector) -> None:
+    """Write the task sampler's position into each checkpoint before TRL's own files (its
+    ``trainer_state.json``, written last, marks the checkpoint complete)."""
+    base = trainer._save_checkpoint
+
+    def save(model: Any, trial: Any) -> Any:
+        folder = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {"sampler": collector.sampler.state(), "step": trainer.state.global_step}
+        (folder / STATE_FILE).write_text(json.dumps(state) + "\n", encoding="utf-8")
+        return base(model, trial)
+
+    trainer._save_checkpoint = save
+
+
+def _metrics_callback(trainer: Any, metrics: Any, progress: ProgressHook | None) -> Any:
+    """One metrics.jsonl record per optimizer step: rollout statistics (reward, solved share,
+    ABF, tokens, times) joined with TRL's log of the update (loss, grad norm, lr, clipping)."""
+    from transformers import TrainerCallback
+
+    total = trainer.rl.steps
+
+    class Metrics(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            stats = dict(getattr(trainer, "step_stats", {}) or {})
+            if not logs or "loss" not in logs or stats.get("step") != state.global_step:
+                return
+            t_update = stats.pop("_t_update", None)
+            rec = {
+                **stats,
+                "loss": logs.get("loss"),
+                "grad_norm": logs.get("grad_norm"),
+                "learning_rate": logs.get("learning_rate"),
+                "clip_fraction": logs.get("clip_ratio/region_mean"),
+                "logp_gap": logs.get("sampling/logp_gap"),
+                "update_s": round(time.monotonic() - t_update, 3) if t_update else None,
+            }
+            metrics.append(rec)
+            if progress:
+                progress(state.global_step, total, rec)
+
+    return Metrics()
+
+
+def _device(cfg: RLConfig) -> str:
+    if cfg.trl.device != "auto":
+        return cfg.trl.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _load_model(cfg: RLConfig) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if cfg.trl.threads:
+        torch.set_num_threads(cfg.trl.threads)
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            str(cfg.model), dtype=torch.float32, attn_implementation="sdpa"
+        )
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot load a causal LM from {cfg.model}: {exc}") from None
+
+
+def _environment_factory(cfg: RLConfig, runner: asyncio.Runner) -> tuple[Any, Any]:
+    """A pooled arena environment per episode (one pool for the run); returns (factory, pool)."""
+    from training.rl.pool import SandboxPool
+
+    pool = SandboxPool(cfg.sandbox, unsafe_no_sandbox=cfg.unsafe_no_sandbox)
+    runner.run(pool.__aenter__())
+    return pool.environment, pool
+
+
+def _resume_state(ckpt: Path | None, collector: BatchCollector) -> None:
+    if ckpt is None:
+        return
+    state_file = ckpt / STATE_FILE
+    if state_file.is_file():
+        collector.sampler.load(json.loads(state_file.read_text(encoding="utf-8"))["sampler"])
+    else:
+        log.warning("%s has no %s: the task order restarts", ckpt, STATE_FILE)
+
+
+def build_trainer(
+    cfg: RLConfig,
+    model: Any,
+    tokenizer: Any,
+    tasks: list[Any],
+    collector: BatchCollector,
+    engine: RolloutEngine,
+    runner: asyncio.Runner,
+) -> Any:
+    """An :class:`ArenaGRPOTrainer` wired to our collector, engine and event loop."""
+    import datasets
+
+    data = datasets.Dataset.from_list([{"prompt": t.prompt} for t in tasks])
+    trainer = _trainer_class()(
+        model=model,
+        reward_funcs=[arena_reward],
+        args=grpo_args(cfg, _device(cfg)),
+        train_dataset=data,
+        processing_class=tokenizer,
+    )
+    trainer.rl, trainer.engine, trainer.collector = cfg, engine, collector
+    trainer.runner, trainer.heldout = runner, []
+    return trainer
+
+
+def run_trl(cfg: RLConfig, progress: ProgressHook | None = None) -> RLResult:
+    """Train ``cfg`` with TRL; resume from the newest complete checkpoint of ``output_dir``."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    from training.rl.run import finish, prepare
+    from training.sft.common import MetricsLog, checkpoint_step
+
+    run = prepare(cfg)
+    tokenizer = run.tokenizer
+    tasks, skipped = load_tasks(cfg.train_files)
+    heldout = load_tasks(cfg.heldout_files, what="held-out")[0] if cfg.heldout_files else []
+    heldout = heldout[: cfg.eval_limit] if cfg.eval_limit else heldout
+    grpo_args(cfg, _device(cfg))  # a bad batch shape fails before the server starts
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    model = _load_model(cfg)
+    runner = asyncio.Runner()
+    engine: RolloutEngine | None = None
+    pool = None
+    try:
+        factory, pool = _environment_factory(cfg, runner)
+        collector = BatchCollector(cfg, tasks, tokenizer, factory, settings_of(cfg, tokenizer))
+        _resume_state(run.checkpoint, collector)
+        engine = make_engine(cfg, model, _device(cfg))
+        trainer = build_trainer(cfg, model, tokenizer, tasks, collector, engine, runner)
+        trainer.heldout = heldout
+        metrics = MetricsLog(
+            cfg.output_dir / "metrics.jsonl",
+            checkpoint_step(run.checkpoint) if run.checkpoint else None,
+        )
+        trainer.add_callback(_metrics_callback(trainer, metrics, progress))
+        _state_hooks(trainer, collector)
+        trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint else None)
+        final, converted = finish(cfg, trainer, tokenizer, run.serving)
+        return RLResult(
+            cfg.output_dir, final, converted, trainer.state.global_step, run.checkpoint, skipped
+        )
+    finally:
+        if engine is not None:
+            runner.run(engine.close())
+        if pool is not None:
+            runner.run(pool.__aexit__(None, None, None))
+        runner.close()
+        shutil.rmtree(cfg.output_dir / "rollout-weights", ignore_errors=True)
