@@ -1,4 +1,6 @@
-"""Every shipped recipe loads into ``SFTConfig`` (no unknown key, every value valid)."""
+"""Every shipped recipe loads into its config (``SFTConfig`` for sft-*, ``RLConfig`` for rl-*):
+no unknown key, every value valid. The verl RL recipes are also validated against verl's own
+config schema in tests/training/test_rl_verl.py."""
 
 from __future__ import annotations
 
@@ -7,14 +9,41 @@ from pathlib import Path
 import pytest
 
 from astra_agent.config import load_config, read_mapping
+from training.rl.config import RLConfig
 from training.sft.config import SFTConfig
 
 RECIPES = Path(__file__).resolve().parents[2] / "training" / "recipes"
-SHIPPED = sorted(RECIPES.glob("*.yaml"))
+SHIPPED = sorted(RECIPES.glob("sft-*.yaml"))
+RL_SHIPPED = sorted(RECIPES.glob("rl-*.yaml"))
 
 
 def test_the_recipes_are_shipped() -> None:
-    assert "sft-tiny-cpu.yaml" in {p.name for p in SHIPPED}
+    names = {p.name for p in RECIPES.glob("*.yaml")}
+    assert {"sft-tiny-cpu.yaml", "sft-astra-14b.yaml", "sft-astra-32b.yaml"} <= names
+    assert {"rl-tiny-cpu.yaml", "rl-astra-14b.yaml", "rl-astra-32b.yaml"} <= names
+    assert names == {p.name for p in SHIPPED + RL_SHIPPED}  # no recipe of another kind
+
+
+@pytest.mark.parametrize("recipe", RL_SHIPPED, ids=lambda p: p.name)
+def test_a_shipped_rl_recipe_validates(recipe: Path) -> None:
+    cfg = load_config(RLConfig, recipe, environ={})
+    raw = read_mapping(recipe)
+    assert set(raw) <= set(RLConfig.model_fields)
+    assert cfg.backend == raw.get("backend", "trl")
+    # one update per batch, no KL/entropy anywhere to configure; the paper's bounds
+    assert (cfg.batch_groups * cfg.group_size) % cfg.micro_batch_size == 0
+    assert cfg.rollout.max_turns <= 32
+    if "astra-" in recipe.name:
+        assert cfg.batch_groups == 256 and cfg.learning_rate == 2e-6
+        assert cfg.rollout.max_prompt_tokens == 25600
+        assert cfg.rollout.max_response_tokens == 49152
+        assert cfg.rollout.max_turns == 32 and cfg.backend == "verl"
+
+
+def test_the_tiny_rl_recipe_runs_on_cpu_with_trl() -> None:
+    cfg = load_config(RLConfig, RECIPES / "rl-tiny-cpu.yaml", environ={})
+    assert cfg.backend == "trl" and cfg.trl.device == "cpu" and cfg.rollout.engine == "vllm"
+    assert cfg.abf.enabled and cfg.convert.enabled
 
 
 @pytest.mark.parametrize("recipe", SHIPPED, ids=lambda p: p.name)

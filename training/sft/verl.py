@@ -71,7 +71,7 @@ _PLAIN = re.compile(r"[\w./-]+")
 _NOT_A_STRING = re.compile(r"[-+]?(\d[\d_]*\.?\d*(e[-+]?\d+)?|\.\d+|inf|nan|null|true|false)", re.I)
 
 
-def _hq(value: str) -> str:
+def hq(value: str) -> str:
     """``value`` as a Hydra string: bare when the override grammar reads it back as that very
     string, else quoted (so any path survives: spaces, '=', ',', quotes)."""
     if _PLAIN.fullmatch(value) and not _NOT_A_STRING.fullmatch(value):
@@ -81,8 +81,8 @@ def _hq(value: str) -> str:
     return "'" + body.replace("${", "\\${") + "'"
 
 
-def _hlist(paths: Sequence[Path]) -> str:
-    return "[" + ",".join(_hq(str(p.absolute())) for p in paths) + "]"
+def hlist(paths: Sequence[Path]) -> str:
+    return "[" + ",".join(hq(str(p.absolute())) for p in paths) + "]"
 
 
 def _parquet_rows(paths: Sequence[Path]) -> int:
@@ -152,10 +152,10 @@ def verl_overrides(cfg: SFTConfig) -> list[str]:
     out = Path(cfg.output_dir).absolute()
     sp = v.ulysses_sequence_parallel_size
     token_budget = math.ceil(cfg.max_length * cfg.micro_batch_size / sp)  # verl multiplies by sp
-    val = _hlist(cfg.val_files) if cfg.val_files else "null"
+    val = hlist(cfg.val_files) if cfg.val_files else "null"
     return [
-        f"model.path={_hq(str(Path(cfg.model).absolute()))}",
-        f"data.train_files={_hlist(cfg.train_files)}",
+        f"model.path={hq(str(Path(cfg.model).absolute()))}",
+        f"data.train_files={hlist(cfg.train_files)}",
         f"data.val_files={val}",
         f"data.custom_cls.path={DATASET_PATH}",
         f"data.custom_cls.name={DATASET_NAME}",
@@ -174,14 +174,14 @@ def verl_overrides(cfg: SFTConfig) -> list[str]:
         f"engine.strategy={v.strategy}",
         f"engine.ulysses_sequence_parallel_size={sp}",
         *_schedule(cfg),
-        f"trainer.default_local_dir={_hq(str(out / 'checkpoints'))}",
+        f"trainer.default_local_dir={hq(str(out / 'checkpoints'))}",
         f"trainer.save_freq={cfg.save_steps}",
         f"trainer.test_freq={cfg.save_steps if cfg.val_files else -1}",
         f"trainer.max_ckpt_to_keep={cfg.save_total_limit}",
         f"trainer.resume_mode={'auto' if cfg.resume else 'disable'}",
         f"trainer.seed={cfg.seed}",
         "trainer.project_name=astra-sft",
-        f"trainer.experiment_name={_hq(out.name)}",
+        f"trainer.experiment_name={hq(out.name)}",
         f"trainer.logger={_loggers(cfg)}",
         f"trainer.nnodes={v.nnodes}",
         f"trainer.n_gpus_per_node={v.gpus_per_node}",
@@ -380,7 +380,7 @@ def prepare_verl(cfg: SFTConfig) -> VerlJob:
     )
 
 
-def _stream(script: Path, echo: Callable[[str], None]) -> int:
+def stream(script: Path, echo: Callable[[str], None]) -> int:
     with subprocess.Popen(
         ["bash", str(script)],
         stdout=subprocess.PIPE,
@@ -400,7 +400,7 @@ def run_verl(cfg: SFTConfig, *, echo: Callable[[str], None] | None = None) -> Ve
     log.info("verl job written to %s (launch: %s)", job.workdir, job.launch_script)
     if not cfg.verl.run:
         return job
-    rc = _stream(job.launch_script, echo or (lambda s: print(s, file=sys.stderr, flush=True)))
+    rc = stream(job.launch_script, echo or (lambda s: print(s, file=sys.stderr, flush=True)))
     if rc != 0:
         raise AstraError(
             f"verl's SFT trainer exited with status {rc}",
