@@ -414,6 +414,7 @@ class Sandbox:
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+        _close_stdin(proc)
 
     async def _kill(self) -> int | None:
         proc, self._proc = self._proc, None
@@ -422,6 +423,7 @@ class Sandbox:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+        _close_stdin(proc)
         with contextlib.suppress(Exception):
             return await asyncio.wait_for(proc.wait(), 5)
         return None
@@ -438,6 +440,13 @@ class Sandbox:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _close_stdin(proc: asyncio.subprocess.Process | None) -> None:
+    """Close a killed worker's stdin pipe now: left to the garbage collector, its transport
+    may be finalised after the event loop closed ("Event loop is closed" printed at exit)."""
+    if proc is not None and proc.stdin is not None and not proc.stdin.is_closing():
+        proc.stdin.close()
 
 
 def _describe_exit(code: int | None) -> str:

@@ -10,15 +10,20 @@ the batch into tensors; a held-out evaluation uses the same rollouts at temperat
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import math
+import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from astra_agent.arena import ArenaTask, LoadReport, load_arena_file
-from astra_agent.errors import ConfigError
+from astra_agent.arena import ArenaTask, LoadReport, load_arena_file, parse_record
+from astra_agent.errors import AstraError, ConfigError
 from training.rl.config import RLConfig
 from training.rl.core import AdaptiveBatchFiller, Group, group_advantages
 from training.rl.generate import TokenGenerator
@@ -34,24 +39,146 @@ from training.rl.rollout import (
 log = logging.getLogger(__name__)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _scrubbed(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_scrubbed(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrubbed(k): _scrubbed(v) for k, v in value.items()}
+    return value
+
+
+def _scrub(task: ArenaTask) -> bool:
+    """Lone surrogates (JSON may escape them, ``"\\ud800"``; they are not Unicode text: no
+    tokenizer, UTF-8 writer or Arrow column takes them) in what the model reads or is scored
+    on become U+FFFD, as the sandbox does with tool output. True if the task held any."""
+    prompt, sub_qa = _scrubbed(task.prompt), _scrubbed(task.sub_qa)
+    tools = [
+        replace(t, description=_scrubbed(t.description), parameters=_scrubbed(t.parameters))
+        for t in task.tools
+    ]
+    if (prompt, tools, sub_qa) == (task.prompt, task.tools, task.sub_qa):
+        return False
+    task.prompt, task.tools, task.sub_qa = prompt, tools, sub_qa
+    return True
+
+
+def _read_jsonl_tasks(path: Path) -> tuple[list[ArenaTask], list[str]]:
+    """The tasks of a JSONL file, one record a line; a line that is not UTF-8 or not JSON, or
+    a record that fails to load, is skipped with its reason (``FILE:LINE: why``). Lines end at
+    ``\n`` only: JSON may hold U+2028, U+0085 and the like raw inside a string, and
+    ``str.splitlines`` would cut such a record in two. A record's index is its place among the
+    file's non-blank lines, as in :func:`astra_agent.arena.load_arena_file` (it seeds the
+    episodes and names a task without a ``task_id``)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    tasks: list[ArenaTask] = []
+    skipped: list[str] = []
+    index = 0
+    for n, raw_line in enumerate(data.split(b"\n"), 1):
+        if not raw_line.strip():
+            continue
+        i, index = index, index + 1
+        where = f"{path}:{n}"
+        try:
+            line = raw_line.decode("utf-8")
+            raw = json.loads(line.removeprefix("\ufeff") if n == 1 else line)
+        except UnicodeDecodeError as exc:
+            skipped.append(f"{where}: not UTF-8 text (byte {exc.start}: {exc.reason})")
+            continue
+        except (ValueError, RecursionError) as exc:  # huge integers and deep nesting too
+            skipped.append(f"{where}: not a JSON record: {str(exc)[:200]}")
+            continue
+        if not isinstance(raw, dict):
+            skipped.append(f"{where}: record {i}: not a JSON object")
+            continue
+        task, problems = parse_record(raw, i)
+        errors = [p for p in problems if p.severity == "error"]
+        if task is None or errors:
+            why = "; ".join(map(str, errors)) or f"record {i}: not loaded"
+            skipped.append(f"{where}: {why}")
+            continue
+        tasks.append(task)
+    return tasks, skipped
+
+
+def _load_file(path: Path) -> tuple[list[ArenaTask], list[str]]:
+    if path.suffix != ".parquet" and path.is_file():
+        return _read_jsonl_tasks(path)
+    report: LoadReport = load_arena_file(path)  # parquet is read whole (or refused whole)
+    why: dict[int, list[str]] = {}
+    for e in report.errors:
+        why.setdefault(e.index, []).append(str(e))
+    tasks = [t for t in report.tasks if t.index not in why]
+    return tasks, [f"{path}: {'; '.join(w)}" for w in why.values()]
+
+
+# The last loads, by the files' paths and contents: ``astra-train rl`` checks the records
+# before it writes the run directory, and the backend asks for the same tasks again (published
+# records carry up to 145k characters of tool source each: parsing them twice, or warning
+# twice, helps nobody; reading and hashing them again is cheap).
+_LOADED: dict[tuple[Any, ...], tuple[list[ArenaTask], list[str]]] = {}
+
+
+def _identity(paths: list[Any], what: str) -> tuple[Any, ...] | None:
+    try:
+        files = [(str(Path(p).resolve()), Path(p).read_bytes()) for p in paths]
+    except OSError:
+        return None
+    return (what, *((p, hashlib.sha256(data).hexdigest()) for p, data in files))
+
+
 def load_tasks(paths: list[Any], *, what: str = "training") -> tuple[list[ArenaTask], list[str]]:
-    """The tasks of every file; records that fail to load are skipped, each with its reason
-    (returned). No task at all is a ConfigError."""
+    """The tasks of every file; records that fail to load (a line that is not JSON, a missing
+    field, a tool source that does not compile) are skipped: one reason per skipped record is
+    returned, and the count logged. A missing file, or no task at all, is a ConfigError."""
+    key = _identity(paths, what)
+    if key is not None and key in _LOADED:
+        cached, reasons = _LOADED[key]
+        return list(cached), list(reasons)
     tasks: list[ArenaTask] = []
     skipped: list[str] = []
     for p in paths:
-        report: LoadReport = load_arena_file(p)
-        bad = {e.index for e in report.errors}
-        skipped += [f"{p}: {e}" for e in report.errors]
-        tasks += [t for t in report.tasks if t.index not in bad]
+        path = Path(p)
+        if not path.is_file():
+            raise ConfigError(
+                f"{what} arena records not found: {path}"
+                if not path.exists()
+                else f"{what} arena records: {path} is not a file",
+                hint="ASTRA-RL-1k records or our arena files (eval/arenas/data/*.jsonl)",
+            )
+        found, bad = _load_file(path)
+        scrubbed = sum(_scrub(t) for t in found)
+        if scrubbed:
+            log.warning(
+                "%s: %d task(s) hold lone surrogates (not valid Unicode): replaced with U+FFFD",
+                path, scrubbed,
+            )  # fmt: skip
+        tasks += found
+        skipped += bad
     if skipped:
-        log.warning("%d %s record problem(s); first: %s", len(skipped), what, skipped[0])
+        log.warning(
+            "skipped %d %s record(s) that failed to load (%d task(s) loaded); first: %s",
+            len(skipped), what, len(tasks), skipped[0],
+        )  # fmt: skip
     if not tasks:
+        first = f"; first: {skipped[0]}" if skipped else " (the files hold no records)"
         raise ConfigError(
-            f"no loadable {what} task in {', '.join(map(str, paths))}",
+            f"no loadable {what} task in {', '.join(map(str, paths))}: "
+            f"{len(skipped)} record(s) failed to load{first}",
             hint="check the records with `astra-eval arenas validate FILE`",
         )
-    return tasks, skipped
+    if key is not None:
+        while len(_LOADED) >= 4:
+            _LOADED.pop(next(iter(_LOADED)))
+        _LOADED[key] = (tasks, skipped)
+    return list(tasks), list(skipped)
 
 
 @dataclass
@@ -85,6 +212,26 @@ def _episode_stats(episodes: list[Episode]) -> dict[str, Any]:
         "tools_s": sum(e.trajectory.timings.tools_s for e in episodes),
         "turns_mean": sum(e.trajectory.steps for e in episodes) / n,
     }
+
+
+class RolloutFailed(AstraError):
+    """Every episode of a rollout round failed before sampling anything (the engine is down,
+    no prompt fits ``max_prompt_tokens``, the template breaks): a step of them would train on
+    nothing, so the run stops and says why instead."""
+
+
+def check_round(results: list[GroupResult], step: int) -> None:
+    """RolloutFailed if no episode of ``results`` sampled a token and every one has an error."""
+    eps = [e for g in results for e in g.episodes]
+    if not eps or any(e.trainable or not e.error for e in eps):
+        return
+    why, n = Counter(str(e.error) for e in eps).most_common(1)[0]
+    raise RolloutFailed(
+        f"all {len(eps)} episodes rolled out for step {step} failed before sampling a token; "
+        f"{'all' if n == len(eps) else n} with: {why}",
+        hint="a prompt over max_prompt_tokens: raise rollout.max_prompt_tokens; an engine "
+        "error: check the rollout engine (its log: OUTPUT_DIR/vllm.log)",
+    )
 
 
 class BatchCollector:
@@ -144,12 +291,14 @@ class BatchCollector:
         seed = self.cfg.seed * 1_000_003
         if not self.cfg.abf.enabled:
             chosen = await self._round(generator, self.cfg.batch_groups, step, seed)
+            check_round(chosen, step)
             sampled = chosen
             stats.sampled = len(chosen)
         else:
             while self.filler.needed:
                 n = math.ceil(self.filler.needed * self.cfg.abf.oversample)
                 results = await self._round(generator, n, step, seed + 7919 * stats.rounds)
+                check_round(results, step)
                 sampled += results
                 self.filler.add([Group(r.task.task_id, r.rewards, r, step) for r in results])
             chosen = [g.payload for g in self.filler.take()]

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from astra_agent.sandbox import SandboxLimits
 from training.sft.config import ConvertOptions, TRLOptions
@@ -62,6 +62,36 @@ class RolloutOptions(BaseModel):
         default_factory=lambda: {"dtype": "float32"},
         description="overrides of the tiny-cpu vLLM profile for the rollout server",
     )
+
+    @field_validator("serve")
+    @classmethod
+    def _serve(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """The rollout server's options, checked now (not after the model has loaded): the
+        fields of ``astra-serve``'s config and ``profile``; not those the engine sets."""
+        from pydantic import ValidationError
+
+        from serving.server import ServeConfig
+
+        engine_sets = {"model", "log_file"}
+        reserved = sorted(engine_sets & set(value))
+        if reserved:
+            raise ValueError(f"{', '.join(reserved)} cannot be set here: the engine sets it")
+        known = {*ServeConfig.model_fields, "profile"} - engine_sets
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown vLLM server option(s): {', '.join(map(repr, unknown))} "
+                f"(known: {', '.join(sorted(known))})"
+            )
+        if "profile" in value and not isinstance(value["profile"], str):
+            raise ValueError("profile must be the name of an `astra-serve` profile")
+        try:
+            ServeConfig.model_validate({k: v for k, v in value.items() if k != "profile"})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ValueError(f"{where}: {first['msg']}") from None
+        return value
 
 
 class VerlRLOptions(BaseModel):

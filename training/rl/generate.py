@@ -59,6 +59,16 @@ class HFGenerator:
             return await asyncio.to_thread(self._generate, prompt_ids, sampling)
 
     def _generate(self, prompt_ids: list[int], sampling: Sampling) -> Sample:
+        # in train mode with gradient checkpointing, transformers turns the KV cache off, and
+        # each token would be sampled from a one-token context: sample in eval mode
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self._decode(prompt_ids, sampling)
+        finally:
+            self.model.train(was_training)
+
+    def _decode(self, prompt_ids: list[int], sampling: Sampling) -> Sample:
         import torch
 
         gen = torch.Generator(device="cpu")

@@ -28,8 +28,9 @@ tokenization) is reported in the record, never silently fixed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from astra_agent.errors import ServerError
 from astra_agent.model import DeltaHook, Model, ModelTurn, recover_tool_calls
@@ -38,12 +39,19 @@ from training.rl.generate import Sample, Sampling, TokenGenerator
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 END = "<|im_end|>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 class ContextTooLong(ServerError):
     """The episode's prompt does not fit ``max_prompt_tokens`` (the episode cannot start)."""
+
+
+class RenderError(ServerError):
+    """The chat template or the tokenizer failed on this episode's messages (e.g. text that is
+    not valid Unicode): the episode ends as a model error, the rollout goes on."""
 
 
 def stop_token_ids(tokenizer: Any) -> tuple[int, ...]:
@@ -93,6 +101,20 @@ def parse_reply(text: str) -> tuple[str, str, list[Any]]:
     return reasoning, (rest if calls else content), calls
 
 
+def _safely(fn: Callable[[], T]) -> T:
+    """``fn()`` (rendering or tokenizing the episode's messages); whatever it raises is a
+    :class:`RenderError` of this episode, not a crash of the rollout."""
+    try:
+        return fn()
+    except ServerError:
+        raise
+    except Exception as exc:
+        raise RenderError(
+            f"the chat template or tokenizer failed on the messages: {type(exc).__name__}: "
+            f"{str(exc)[:300]}"
+        ) from exc
+
+
 class TokenPolicy(Model):
     """One episode's token-level policy (make one per episode: it holds the context)."""
 
@@ -130,29 +152,41 @@ class TokenPolicy(Model):
         return self.prompt_ids + self.response_ids
 
     def _start(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> None:
-        self.prompt_ids = encode(
-            self.tokenizer, render(self.tokenizer, messages, tools, generation_prompt=True)
-        )
-        if self.max_prompt_tokens and len(self.prompt_ids) > self.max_prompt_tokens:
-            raise ContextTooLong(
-                f"the prompt has {len(self.prompt_ids)} tokens, over max_prompt_tokens="
-                f"{self.max_prompt_tokens}"
+        ids = _safely(
+            lambda: encode(
+                self.tokenizer, render(self.tokenizer, messages, tools, generation_prompt=True)
             )
+        )
+        if self.max_prompt_tokens and len(ids) > self.max_prompt_tokens:
+            # the record keeps the prompt's last max_prompt_tokens (as verl's agent loop does):
+            # nothing is trained on it, and a trainer's forward over it stays within bounds
+            self.prompt_ids = ids[-self.max_prompt_tokens :]
+            raise ContextTooLong(
+                f"the prompt has {len(ids)} tokens, over max_prompt_tokens={self.max_prompt_tokens}"
+            )
+        self.prompt_ids = ids
         self._seen = len(messages)
 
     def _append_new(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> None:
-        """Append the template's tokens for the messages added since the last reply."""
-        before = render(self.tokenizer, messages[: self._seen], tools, generation_prompt=False)
-        after = render(self.tokenizer, messages, tools, generation_prompt=True)
+        """Append the template's tokens for the messages added since the last reply, within
+        ``max_response_tokens``: tool results that do not fit are cut there (they are context,
+        never trained) and the episode ends at its next call (no budget left)."""
+        seen = messages[: self._seen]
+        before = _safely(lambda: render(self.tokenizer, seen, tools, generation_prompt=False))
+        after = _safely(lambda: render(self.tokenizer, messages, tools, generation_prompt=True))
         cut = before.rfind(END) + len(END)
         if cut < len(END) or after[:cut] != before[:cut]:
             raise ServerError(
                 "the chat template is not prefix-stable: rendering the new messages changed "
                 "the text of the earlier ones, so tool results cannot be appended as tokens"
             )
-        ids = encode(self.tokenizer, after[cut:])
+        ids = _safely(lambda: encode(self.tokenizer, after[cut:]))
+        if self.max_response_tokens is not None:
+            room = max(0, self.max_response_tokens - len(self.response_ids))
+            if len(ids) > room:
+                ids, self._truncated = ids[:room], True
         self._extend(ids, [0] * len(ids), [0.0] * len(ids))
         self._seen = len(messages)
 
@@ -224,9 +258,14 @@ class TokenPolicy(Model):
         )
         if not self.response_ids or self._truncated:
             return rec
-        text = render(self.tokenizer, messages[: self._seen], tools, generation_prompt=False)
-        text = text[: text.rfind(END) + len(END)]
-        ids = encode(self.tokenizer, text)
+        try:
+            seen = messages[: self._seen]
+            text = _safely(lambda: render(self.tokenizer, seen, tools, generation_prompt=False))
+            text = text[: text.rfind(END) + len(END)]
+            ids = _safely(lambda: encode(self.tokenizer, text))
+        except RenderError as exc:  # reported, as a mismatch is
+            rec.rerender_match, rec.rerender_diff = False, str(exc)
+            return rec
         rec.rerender_match = ids == self.context
         if not rec.rerender_match:
             rec.rerender_diff = first_difference(self.tokenizer, self.context, ids)

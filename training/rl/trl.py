@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from astra_agent.errors import ConfigError
+from astra_agent.errors import AstraError, ConfigError
 from training.rl.batch import BatchCollector, ProgressHook, StepBatch, load_tasks
 from training.rl.config import RLConfig
 from training.rl.core import policy_loss
@@ -225,6 +225,7 @@ def grpo_args(cfg: RLConfig, device: str) -> Any:
         save_total_limit=cfg.save_total_limit,
         dataloader_num_workers=0,
         use_vllm=False,
+        gradient_checkpointing=cfg.trl.gradient_checkpointing,  # TRL's default is on
         log_completions=False,
     )
 
@@ -326,7 +327,12 @@ def build_trainer(
     """An :class:`ArenaGRPOTrainer` wired to our collector, engine and event loop."""
     import datasets
 
-    data = datasets.Dataset.from_list([{"prompt": t.prompt} for t in tasks])
+    # the dataset only paces TRL's steps (our collector draws the tasks): each generation batch
+    # takes batch_groups distinct rows, so it must hold at least that many, or TRL trains
+    # nothing ("not a single sample in your epoch_iterator")
+    n = max(len(tasks), cfg.batch_groups)
+    rows = [{"prompt": [{"role": "user", "content": f"task {i}"}]} for i in range(n)]
+    data = datasets.Dataset.from_list(rows)
     trainer = _trainer_class()(
         model=model,
         reward_funcs=[arena_reward],
@@ -374,6 +380,11 @@ def run_trl(cfg: RLConfig, progress: ProgressHook | None = None) -> RLResult:
         trainer.add_callback(_metrics_callback(trainer, metrics, progress))
         _state_hooks(trainer, collector)
         trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint else None)
+        if trainer.state.global_step < cfg.steps:
+            raise AstraError(
+                f"TRL stopped after {trainer.state.global_step} of {cfg.steps} steps",
+                hint="a bug: please report it with the run directory's metrics.jsonl",
+            )
         final, converted = finish(cfg, trainer, tokenizer, run.serving)
         return RLResult(
             cfg.output_dir, final, converted, trainer.state.global_step, run.checkpoint, skipped
