@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from eval.arenas import DATA_DIR
+from tests.training.e2e import SFTRun, run_sft
 from training.replay import replay_arenas
 
 ARENA_TRAIN = DATA_DIR / "train.jsonl"
@@ -39,3 +40,11 @@ def arena_corpus(arena_runs: dict[str, Path], tmp_path_factory: pytest.TempPathF
     text = arena_runs["train"].read_text() + arena_runs["heldout"].read_text()
     out.write_text(text)
     return out
+
+
+@pytest.fixture(scope="session")
+def sft_tiny(arena_runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> SFTRun:
+    """One SFT run of the random tiny model on the 24 training arena trajectories (the shipped
+    tiny recipe, 1,000 steps, checkpoints every 250 kept): the SFT proof evaluates its final
+    checkpoint, the RL proof starts from an intermediate one."""
+    return run_sft(tmp_path_factory.mktemp("sft-tiny"), arena_runs["train"])

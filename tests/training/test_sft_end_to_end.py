@@ -15,9 +15,6 @@ rewards) are printed to the terminal so that the CI log shows them.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,48 +26,12 @@ from astra_agent.errors import ConfigError
 from serving.server import VLLMServer
 from tests.conftest import tiny_serve_config
 from tests.training.conftest import ARENA_HELDOUT, ARENA_TRAIN
+from tests.training.e2e import SFT_RECIPE, SFTRun, Stages, cli
 from training.replay import replay_arenas
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-RECIPE = REPO / "training" / "recipes" / "sft-tiny-cpu.yaml"
-# What both evaluations share: greedy decoding, and a bound on each reply. The trained model's
-# turns are < 100 tokens; the untrained one would otherwise babble to the context limit.
-EVAL_ENV = {"ASTRA_EVAL_MODEL__MAX_TOKENS": "256"}
-
-
-def cli(module: str, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "COLUMNS": "200", **EVAL_ENV},
-    )
-    assert out.returncode == 0, f"{module} {args}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-    return out
-
-
-class Stages:
-    """Wall time of each stage, in order."""
-
-    def __init__(self) -> None:
-        self.wall: dict[str, float] = {}
-
-    def run(self, name: str) -> _Timer:
-        return _Timer(self, name)
-
-
-class _Timer:
-    def __init__(self, stages: Stages, name: str) -> None:
-        self.stages, self.name = stages, name
-
-    def __enter__(self) -> None:
-        self.t0 = time.monotonic()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stages.wall[self.name] = round(time.monotonic() - self.t0, 1)
+RECIPE = SFT_RECIPE
 
 
 @pytest.fixture(scope="module")
@@ -79,17 +40,14 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def stages() -> Stages:
-    return Stages()
+def stages(sft_tiny: SFTRun) -> Stages:
+    return sft_tiny.stages
 
 
 @pytest.fixture(scope="module")
-def random_tiny(work: Path, stages: Stages) -> Path:
+def random_tiny(sft_tiny: SFTRun) -> Path:
     """``astra-serve tiny --random --seed 0``: the scripted one's tokenizer, random weights."""
-    out = work / "random-fp32"
-    with stages.run("build random tiny"):
-        cli("serving", "tiny", str(out), "--random", "--seed", "0")
-    return out
+    return sft_tiny.random
 
 
 def evaluate(model: Path, runs: dict[str, Path], work: Path) -> dict[str, dict[str, Any]]:
@@ -137,23 +95,14 @@ def untrained(random_tiny: Path, work: Path, stages: Stages) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def trained(
-    random_tiny: Path, arena_runs: dict[str, Path], work: Path, stages: Stages
-) -> dict[str, Any]:
-    """The three commands of the README's "Retrain": data sft → sft (→ final-bf16) → serve."""
-    data, run = work / "sft-data", work / "sft-run"
-    with stages.run("data sft"):
-        cli("training.cli", "data", "sft", str(arena_runs["train"]), "--out", str(data),
-            "--tokenizer", str(random_tiny))  # fmt: skip
-    stats = json.loads((data / "stats.json").read_text())
-    with stages.run("sft (TRL, CPU)"):
-        out = cli("training.cli", "sft", "--config", str(RECIPE), "--model", str(random_tiny),
-                  "--train-file", str(data / "sft.parquet"), "--output-dir", str(run))  # fmt: skip
-    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert (run / "final-bf16" / "config.json").is_file(), out.stdout
+def trained(sft_tiny: SFTRun, work: Path, stages: Stages) -> dict[str, Any]:
+    """The three commands of the README's "Retrain": data sft → sft (→ final-bf16) → serve
+    (the first two in the session's shared SFT run, ``sft_tiny``)."""
+    run = sft_tiny.run
+    assert (run / "final-bf16" / "config.json").is_file(), sft_tiny.stdout
     with stages.run("serve + eval trained (train + held-out sets)"):
         runs = evaluate(run / "final-bf16", {"train": ARENA_TRAIN, "heldout": ARENA_HELDOUT}, work)
-    return {"stats": stats, "metrics": metrics, **runs}
+    return {"stats": sft_tiny.stats, "metrics": sft_tiny.metrics, **runs}
 
 
 def report(untrained: dict[str, Any], trained: dict[str, Any], stages: Stages, total: float) -> str:
