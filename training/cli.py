@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -127,6 +128,10 @@ def sft(
     console.print(f"metrics: {cfg.output_dir}/metrics.jsonl")
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _rl_progress(step: int, total: int, rec: dict[str, Any]) -> None:
     abf = rec.get("abf") or {}
     line = (
@@ -197,6 +202,9 @@ def rl(
         return
     from training.rl.trl import run_trl
 
+    # SIGTERM (a scheduler's stop, `kill`) unwinds like Ctrl-C, so the rollout server and the
+    # sandboxes are stopped on the way out instead of outliving the trainer
+    signal.signal(signal.SIGTERM, _terminate)
     result = run_trl(cfg, _rl_progress)
     if result.resumed_from:
         console.print(f"resumed from {result.resumed_from}")

@@ -81,9 +81,15 @@ async def call(env: ArenaEnvironment, name: str, **args: Any) -> Any:
     return result.structured
 
 
-async def no_descendants(timeout_s: float = 5.0) -> None:
+def ours(before: set[int]) -> list[int]:
+    """This test's live descendants: those that were not already running when it started
+    (session fixtures of the whole suite, e.g. a vLLM server, are descendants too)."""
+    return [p for p in descendants_alive(os.getpid()) if p not in before]
+
+
+async def no_descendants(before: set[int], timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while (left := descendants_alive(os.getpid())) and time.monotonic() < deadline:
+    while (left := ours(before)) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert not left, f"processes left behind: {left}"
 
@@ -273,6 +279,7 @@ async def test_a_tool_that_fails_to_load_leaves_the_others_working() -> None:
 
 
 async def test_closing_leaves_no_process_behind() -> None:
+    before = set(descendants_alive(os.getpid()))
     tasks = [make_task({"echo": ECHO + f"# {i}\n"}, f"t{i}") for i in range(3)]
     pool = SandboxPool(LIMITS)
     async with pool:
@@ -282,8 +289,8 @@ async def test_closing_leaves_no_process_behind() -> None:
         async with pool.environment(tasks[2]):
             pass
         await pool.wait_resets()
-        assert pool.stats.live == 3 and descendants_alive(os.getpid())
-    await no_descendants()
+        assert pool.stats.live == 3 and ours(before)
+    await no_descendants(before)
     assert pool.stats.live == 0
     with pytest.raises(SandboxPoolError, match="closed"):
         await lent.call_tool("echo", {})
@@ -293,6 +300,7 @@ async def test_closing_leaves_no_process_behind() -> None:
 
 
 async def test_cancellation_leaves_no_process_behind() -> None:
+    before = set(descendants_alive(os.getpid()))
     tasks = [make_task({"hang": FAULTS["hang"][0], "echo": ECHO + f"# {i}\n"}) for i in range(4)]
 
     async def rollouts() -> None:
@@ -310,7 +318,7 @@ async def test_cancellation_leaves_no_process_behind() -> None:
         job.cancel()
         with pytest.raises(asyncio.CancelledError):
             await job
-        await no_descendants()
+        await no_descendants(before)
 
 
 async def test_a_published_size_task_loads_and_resets_fast() -> None:

@@ -58,7 +58,11 @@ class VLLMEngine:
             "max_model_len", cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens
         )
         self.server = RolloutServer(cfg.model, log_file=cfg.output_dir / "vllm.log", **serve)
-        self.server.start()
+        try:
+            self.server.start()
+        except BaseException:  # interrupted or failed while starting: stop what was started
+            self.server.stop()
+            raise
         self.generator = self.server.generator
         self.synced = 0
 
