@@ -10,7 +10,6 @@ the batch into tensors; a held-out evaluation uses the same rollouts at temperat
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import math
@@ -119,29 +118,10 @@ def _load_file(path: Path) -> tuple[list[ArenaTask], list[str]]:
     return tasks, [f"{path}: {'; '.join(w)}" for w in why.values()]
 
 
-# The last loads, by the files' paths and contents: ``astra-train rl`` checks the records
-# before it writes the run directory, and the backend asks for the same tasks again (published
-# records carry up to 145k characters of tool source each: parsing them twice, or warning
-# twice, helps nobody; reading and hashing them again is cheap).
-_LOADED: dict[tuple[Any, ...], tuple[list[ArenaTask], list[str]]] = {}
-
-
-def _identity(paths: list[Any], what: str) -> tuple[Any, ...] | None:
-    try:
-        files = [(str(Path(p).resolve()), Path(p).read_bytes()) for p in paths]
-    except OSError:
-        return None
-    return (what, *((p, hashlib.sha256(data).hexdigest()) for p, data in files))
-
-
 def load_tasks(paths: list[Any], *, what: str = "training") -> tuple[list[ArenaTask], list[str]]:
     """The tasks of every file; records that fail to load (a line that is not JSON, a missing
     field, a tool source that does not compile) are skipped: one reason per skipped record is
     returned, and the count logged. A missing file, or no task at all, is a ConfigError."""
-    key = _identity(paths, what)
-    if key is not None and key in _LOADED:
-        cached, reasons = _LOADED[key]
-        return list(cached), list(reasons)
     tasks: list[ArenaTask] = []
     skipped: list[str] = []
     for p in paths:
@@ -174,11 +154,7 @@ def load_tasks(paths: list[Any], *, what: str = "training") -> tuple[list[ArenaT
             f"{len(skipped)} record(s) failed to load{first}",
             hint="check the records with `astra-eval arenas validate FILE`",
         )
-    if key is not None:
-        while len(_LOADED) >= 4:
-            _LOADED.pop(next(iter(_LOADED)))
-        _LOADED[key] = (tasks, skipped)
-    return list(tasks), list(skipped)
+    return tasks, skipped
 
 
 @dataclass

@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import AstraError, ConfigError
-from training.rl.batch import BatchCollector, ProgressHook, StepBatch, load_tasks
+from training.rl.batch import BatchCollector, ProgressHook, StepBatch
 from training.rl.config import RLConfig
 from training.rl.core import policy_loss
 from training.rl.engine import RolloutEngine, make_engine
 from training.rl.rollout import settings_of
+from training.sft.trl import device_of
 
 log = logging.getLogger(__name__)
 
@@ -190,13 +191,10 @@ def grpo_args(cfg: RLConfig, device: str) -> Any:
     episodes, in micro-batches of ``micro_batch_size``; beta 0; the token-mean loss."""
     from trl import GRPOConfig
 
-    episodes = cfg.batch_groups * cfg.group_size
-    if episodes % cfg.micro_batch_size:
-        raise ConfigError(
-            f"micro_batch_size={cfg.micro_batch_size} must divide the step's {episodes} "
-            f"episodes (batch_groups × group_size)"
-        )
-    accum = episodes // cfg.micro_batch_size
+    from training.rl.run import check_batch_shape
+
+    check_batch_shape(cfg)
+    accum = cfg.batch_groups * cfg.group_size // cfg.micro_batch_size
     return GRPOConfig(
         output_dir=str(cfg.output_dir),
         use_cpu=device == "cpu",
@@ -274,14 +272,6 @@ def _metrics_callback(trainer: Any, metrics: Any, progress: ProgressHook | None)
     return Metrics()
 
 
-def _device(cfg: RLConfig) -> str:
-    if cfg.trl.device != "auto":
-        return cfg.trl.device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def _load_model(cfg: RLConfig) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
@@ -336,7 +326,7 @@ def build_trainer(
     trainer = _trainer_class()(
         model=model,
         reward_funcs=[arena_reward],
-        args=grpo_args(cfg, _device(cfg)),
+        args=grpo_args(cfg, device_of(cfg)),
         train_dataset=data,
         processing_class=tokenizer,
     )
@@ -353,12 +343,8 @@ def run_trl(cfg: RLConfig, progress: ProgressHook | None = None) -> RLResult:
     from training.rl.run import finish, prepare
     from training.sft.common import MetricsLog, checkpoint_step
 
-    run = prepare(cfg)
-    tokenizer = run.tokenizer
-    tasks, skipped = load_tasks(cfg.train_files)
-    heldout = load_tasks(cfg.heldout_files, what="held-out")[0] if cfg.heldout_files else []
-    heldout = heldout[: cfg.eval_limit] if cfg.eval_limit else heldout
-    grpo_args(cfg, _device(cfg))  # a bad batch shape fails before the server starts
+    run = prepare(cfg)  # checks the batch shape and loads the tasks before anything starts
+    tokenizer, tasks, skipped, heldout = run.tokenizer, run.tasks, run.skipped, run.heldout
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -370,7 +356,7 @@ def run_trl(cfg: RLConfig, progress: ProgressHook | None = None) -> RLResult:
         factory, pool = _environment_factory(cfg, runner)
         collector = BatchCollector(cfg, tasks, tokenizer, factory, settings_of(cfg, tokenizer))
         _resume_state(run.checkpoint, collector)
-        engine = make_engine(cfg, model, _device(cfg))
+        engine = make_engine(cfg, model, device_of(cfg))
         trainer = build_trainer(cfg, model, tokenizer, tasks, collector, engine, runner)
         trainer.heldout = heldout
         metrics = MetricsLog(

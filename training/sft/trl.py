@@ -96,7 +96,8 @@ def tokenized_rows(cfg: SFTConfig, tokenizer: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _device(cfg: SFTConfig) -> str:
+def device_of(cfg: Any) -> str:
+    """The device of ``cfg.trl.device`` (an SFT or RL config); ``auto``: CUDA if present."""
     if cfg.trl.device != "auto":
         return cfg.trl.device
     import torch
@@ -309,7 +310,7 @@ def run_trl(cfg: SFTConfig, progress: ProgressHook | None = None) -> SFTResult:
     counts = TokenCounts()
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()
-    device = _device(cfg)
+    device = device_of(cfg)
     trainer = make_trainer(
         cfg,
         load_model(cfg),
