@@ -21,7 +21,7 @@ from astra_agent.config import read_text
 from astra_agent.environment import ToolResult, ToolSpec
 from astra_agent.errors import ConfigError
 from astra_agent.sandbox import Sandbox, SandboxLimits
-from astra_agent.trajectory import Trajectory
+from astra_agent.trajectory import Trajectory, jsonl_lines
 
 FIELDS = ("prompt", "tool_schema", "tool_dict", "sub_qa_dict")
 
@@ -222,7 +222,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     if p.suffix == ".parquet":
         return _read_parquet(p)
     records = []
-    for n, line in enumerate(read_text(p, "arena data").splitlines(), 1):
+    for n, line in enumerate(jsonl_lines(read_text(p, "arena data")), 1):
         if not line.strip():
             continue
         try:

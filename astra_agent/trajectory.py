@@ -212,6 +212,13 @@ def append_jsonl(
         os.close(fd)
 
 
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of JSONL text: split at ``\n`` only. ``str.splitlines`` also splits at
+    U+2028, U+0085 and other characters that JSON writers leave raw inside strings (a model
+    output holding one would tear its record in two)."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
 def drop_torn_tail(path: str | Path) -> int:
     """Cut a partial last line (a writer killed mid-write) so that the next append starts on a
     line of its own; returns the bytes removed."""
@@ -235,7 +242,9 @@ def drop_torn_tail(path: str | Path) -> int:
 def read_jsonl(path: str | Path) -> Iterator[Trajectory]:
     """Read trajectories; a torn last line (a killed writer) is skipped, others are errors."""
     p = Path(path)
-    lines = p.read_text(encoding="utf-8").splitlines()
+    lines = jsonl_lines(p.read_text(encoding="utf-8"))
+    while lines and not lines[-1].strip():
+        lines.pop()
     for i, line in enumerate(lines):
         if not line.strip():
             continue

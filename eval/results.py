@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from astra_agent.errors import ConfigError
 from astra_agent.model import ModelConfig
-from astra_agent.trajectory import FailureKind, drop_torn_tail
+from astra_agent.trajectory import FailureKind, drop_torn_tail, jsonl_lines
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def read_results(path: Path, record: type[R]) -> dict[str, R]:
     drop_torn_tail(path)
     done: dict[str, R] = {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = jsonl_lines(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(f"{path} is not a results file (not UTF-8 text)") from None
     for n, line in enumerate(lines, 1):

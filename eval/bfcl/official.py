@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
+from astra_agent.trajectory import jsonl_lines
 
 PINNED = "2026.3.23"
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
@@ -36,7 +37,7 @@ def package_dir() -> Path:
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return [json.loads(line) for line in jsonl_lines(path.read_text(encoding="utf-8")) if line]
 
 
 @dataclass(frozen=True)

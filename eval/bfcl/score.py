@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
+from astra_agent.trajectory import jsonl_lines
 from eval.bfcl.backend import decode_step
 from eval.bfcl.checker import TurnVerdict, check_entry
 from eval.bfcl.official import CATEGORIES, Entry, function_docs, load_category, package_dir
@@ -46,7 +47,7 @@ COLUMNS = ["Base", "Miss Func", "Miss Param", "Long Context"]
 def _prompts(category: str) -> dict[str, dict[str, Any]]:
     """The official prompt entries (as a score file shows them: without the function docs)."""
     path = package_dir() / "data" / f"BFCL_v4_multi_turn_{category}.json"
-    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x]
+    rows = [json.loads(x) for x in jsonl_lines(path.read_text(encoding="utf-8")) if x]
     out = {}
     for r in rows:
         prompt = {k: v for k, v in r.items() if k != "function"}
@@ -64,7 +65,7 @@ def _read_results(path: Path, category: str) -> list[dict[str, Any]]:
     known = {e.id: len(e.ground_truth) for e in load_category(category)}
     rows: dict[str, dict[str, Any]] = {}
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = jsonl_lines(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read result file {path}: {exc}") from exc
     for n, line in enumerate(lines, 1):

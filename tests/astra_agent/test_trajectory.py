@@ -126,3 +126,23 @@ def test_every_termination_value_used_in_the_code_is_in_the_literal() -> None:
     assert {"stop", "model_error", "error"} <= set(used)  # the scan finds what it should
     unknown = {v: where for v, where in used.items() if v not in get_args(Termination)}
     assert unknown == {}
+
+
+def test_line_separators_inside_strings_do_not_tear_records(tmp_path: Path) -> None:
+    """JSON writers leave U+2028, U+2029, U+0085 and \\x1c raw inside strings; a model output
+    holding one must not split its record (``str.splitlines`` would)."""
+    from eval.bfcl.runner import BFCLRecord
+    from eval.results import read_results
+
+    odd = "a\u2028b\u2029c\x85d\x1ce\x0bf\x0cg"
+    path = tmp_path / "t.jsonl"
+    for i in range(2):
+        traj = Trajectory(id=f"t{i}")
+        traj.messages.append({"role": "assistant", "content": odd})
+        append_jsonl(path, traj)
+    assert [t.messages[0]["content"] for t in read_jsonl(path)] == [odd, odd]
+    results = tmp_path / "results.jsonl"
+    for i in range(2):
+        rec = BFCLRecord(id=f"e{i}", category="base", valid=False, error_type=odd)
+        append_jsonl(results, rec)
+    assert [r.error_type for r in read_results(results, BFCLRecord).values()] == [odd, odd]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import CheckpointError, ConfigError
-from astra_agent.trajectory import append_jsonl, drop_torn_tail
+from astra_agent.trajectory import append_jsonl, drop_torn_tail, jsonl_lines
 from training.sft.config import SFTConfig
 
 RUN_FILE = "astra-sft.json"
@@ -150,7 +150,7 @@ class MetricsLog:
     def read(path: Path) -> list[dict[str, Any]]:
         if not path.is_file():
             return []
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+        return [json.loads(line) for line in jsonl_lines(path.read_text(encoding="utf-8")) if line]
 
     def append(self, record: dict[str, Any]) -> dict[str, Any]:
         """Add ``record`` (its ``*_total`` fields are running sums of the plain ones)."""
