@@ -27,11 +27,16 @@ from tests.training.e2e import RL_RECIPE, SFTRun, Stages, cli
 pytestmark = pytest.mark.integration
 
 START_STEP = 600  # of the 1,000-step SFT run: greedy ≈0.8, sampled at T=1 ≈0.5 (measured)
-TASKS = ("inventory-02", "banking-01")  # sampled rewards vary most there at that checkpoint
+# Two tasks the checkpoint solves greedily but rarely when sampling (sampled reward 0.28 and
+# 0.36, greedy 1.0, measured): the most room for RL to move the sampled policy towards its
+# mode. (The first choice, two tasks already sampled at ≈0.6, rose 0.60 → 0.68 in one run and
+# not at all in another.)
+TASKS = ("banking-03", "bookings-04")
 STEPS = 20
-# The reward of one step (32 episodes of 2 tasks) varies by ≈±0.07 around its trend: compare
-# the first 6 steps with the last 12 (measured here: 0.598 → 0.681).
-FIRST, LAST = 6, 12
+# The reward of one step (32 episodes) varies by ≈±0.04 around its trend. The first steps
+# train on the SFT policy (2 warm-up steps), so their mean is the starting point; it is
+# compared with the mean of the last 12 (measured here: 0.304 → 0.433).
+FIRST, LAST = 4, 12
 RL_ENV = {"ASTRA_TRAIN_EVAL_EVERY": "0"}  # the held-out set is not what this test is about
 
 
