@@ -6,6 +6,7 @@ versions), in its own process group, so that stopping it stops every process it 
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import json
 import logging
@@ -243,10 +244,38 @@ def dtype_warning(cfg: ServeConfig, stored: str | None) -> str | None:
     return None
 
 
-def _sigint_default() -> None:
-    # A shell starts background jobs with SIGINT ignored, and an ignored signal stays ignored
-    # across exec: vLLM would not see stop()'s SIGINT until it installs its own handlers.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_setup(restore_sigint: bool, parent: int | None) -> Callable[[], None] | None:
+    """What the vLLM child runs before exec:
+
+    - ``restore_sigint``: a shell starts background jobs with SIGINT ignored, and an ignored
+      signal stays ignored across exec: vLLM would not see stop()'s SIGINT until it installs
+      its own handlers.
+    - ``parent``: SIGTERM the server when that process dies, however it dies (``kill -9`` of a
+      trainer or of ``astra-serve up`` used to leave vLLM running and loading the machine).
+      Linux delivers it when the *thread* that forked exits, so this is only asked for from
+      the main thread.
+    """
+    libc = None
+    if parent is not None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork, not in the child
+        except OSError:
+            parent = None
+    if not restore_sigint and parent is None:
+        return None
+
+    def setup() -> None:
+        if restore_sigint:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if libc is not None and parent is not None:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent:  # it died before prctl took effect
+                os._exit(1)
+
+    return setup
 
 
 class VLLMServer:
@@ -308,6 +337,7 @@ class VLLMServer:
         env = {**os.environ, **self.launch_env()}
         log.info("starting vLLM: %s", shlex.join(cmd))
         ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        on_main_thread = threading.current_thread() is threading.main_thread()
         with self.log_file.open("wb") as logf:
             self.proc = subprocess.Popen(
                 cmd,
@@ -316,7 +346,7 @@ class VLLMServer:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_sigint_default if ignored else None,
+                preexec_fn=_child_setup(ignored, os.getpid() if on_main_thread else None),
             )
         try:
             self.wait_ready(on_log)

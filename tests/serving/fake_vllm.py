@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -41,6 +42,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--host", default="127.0.0.1")
     args, _ = ap.parse_known_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # vLLM shuts down on SIGTERM too
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print(f"fake: engine core pid {child.pid}", flush=True)
     for line in START_LINES:

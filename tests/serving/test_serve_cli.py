@@ -142,6 +142,39 @@ def test_up_when_vllm_dies_after_start_is_a_failure(
     assert "exited by itself" in (proc.stderr.read() if proc.stderr else "")
 
 
+@pytest.mark.integration
+def test_up_killed_with_sigkill_takes_vllm_with_it(
+    tiny_bf16: Path, tmp_path: Path, fake_python: str
+) -> None:
+    """No handler runs on SIGKILL: the server learns of its parent's death from the kernel
+    (PR_SET_PDEATHSIG) and shuts down, its engine core with it."""
+    proc = _up(tiny_bf16, _serve_env(tmp_path, fake_python))
+    tree: list[int] = []
+    try:
+        _wait_for(_lines(proc.stdout), "ready", 60)
+        tree = descendants_alive(proc.pid)
+        assert len(tree) >= 2  # the server and its "engine core"
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and [p for p in tree if _alive(p)]:
+            time.sleep(0.2)
+        assert [p for p in tree if _alive(p)] == []
+    finally:
+        proc.kill()
+        for p in tree:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
