@@ -17,18 +17,21 @@ from astra_agent.options import common_callback
 from training.data_cli import data_app
 from training.rl.config import RLConfig
 from training.sft.config import SFTConfig
+from training.synth.cli import synth_app
 
 app = typer.Typer(
     name="astra-train",
     help="Train ASTRA: trajectories → SFT data → SFT → multi-turn RL (TRL on one machine, "
     "verl on a cluster).\n\n"
     "Example: astra-train sft --config training/recipes/sft-tiny-cpu.yaml --output-dir runs/sft\n\n"
-    "Example: astra-train rl --config training/recipes/rl-tiny-cpu.yaml --output-dir runs/rl",
+    "Example: astra-train rl --config training/recipes/rl-tiny-cpu.yaml --output-dir runs/rl\n\n"
+    "Example: astra-train synth pool --mcp-config mcp.json --out synth/pool",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
 common_callback(app, "astra-train")
 app.add_typer(data_app, name="data")
+app.add_typer(synth_app, name="synth")  # data synthesis: tool pool → graph → chains
 
 ENV_PREFIX = "ASTRA_TRAIN_"
 

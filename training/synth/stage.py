@@ -1,0 +1,577 @@
+"""What every synthesis stage shares: its output directory, provenance, rejections and resume.
+
+A stage reads its inputs, cuts the work into *units* (a server, a tool's outgoing edges, one
+chain) and commits each finished unit as one line of ``OUT/.journal.jsonl`` (the unit's records
+and rejections together, appended whole: a killed run never leaves half a unit behind). At the
+end the outputs are written from the journal under temporary names and renamed into place,
+``stats.json`` last: its presence marks the run complete and carries its fingerprint (what the
+run depends on: the inputs' bytes, the parameters, the format). ``--resume`` continues an
+unfinished run with the same fingerprint, skipping committed units; a complete one is left as
+it is. Without ``--overwrite`` or ``--resume`` a directory that already holds outputs is
+refused.
+
+Every record carries a :class:`Provenance`: the stage, the run's fingerprint (``stats.json``
+beside it holds the inputs and parameters), the code version and the ids of the records it was
+made from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, Field, ValidationError
+
+from astra_agent.errors import AstraError, ConfigError, ServerError
+from astra_agent.options import version
+from astra_agent.trajectory import append_jsonl, drop_torn_tail, jsonl_lines
+from training.synth.teacher import TeacherRejected, TokenCount, track_usage
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+JOURNAL = ".journal.jsonl"
+RUN_STATE = ".run.json"
+STATS = "stats.json"
+REJECTIONS = "rejections.jsonl"
+Progress = Callable[[int, int], None]  # (units done, units in all)
+
+R = TypeVar("R", bound=BaseModel)
+S = TypeVar("S", bound="StageStats")
+
+
+class SynthError(AstraError):
+    """A synthesis run produced nothing usable (every input rejected, every server failed)."""
+
+
+class Provenance(BaseModel):
+    """Where a record comes from."""
+
+    stage: str
+    run: str  # the run's fingerprint; stats.json beside the record holds inputs and parameters
+    code_version: str
+    inputs: list[str] = Field(default_factory=list)  # ids of the records this one was made from
+    detail: dict[str, Any] = Field(default_factory=dict)  # this record's own parameters
+    # stages that ask a teacher: the templates (name → "name.vN"), the teacher (served model
+    # and sampling) and when the record was made
+    prompts: dict[str, str] = Field(default_factory=dict)
+    teacher: dict[str, Any] | None = None
+    created: str = ""
+
+
+class Rejection(BaseModel):
+    """Something a stage could not use, and why (``reason`` is a fixed code)."""
+
+    stage: str
+    source: str  # "file:line", a server's name, a tool's id
+    id: str = ""
+    reason: str
+    detail: str = ""
+    raw: str | None = None  # the teacher's reply that was refused (cut), where there was one
+    scores: dict[str, float] = Field(default_factory=dict)  # a judge's scores, where judged
+
+
+class InputFile(BaseModel):
+    path: str
+    sha256: str
+
+
+class StageStats(BaseModel):
+    """``stats.json``: common to every stage; each stage adds its own counts."""
+
+    stage: str
+    format: int = FORMAT
+    fingerprint: str = ""
+    code_version: str = ""
+    inputs: list[InputFile] = Field(default_factory=list)
+    params: dict[str, Any] = Field(default_factory=dict)
+    records: int = 0
+    rejections: dict[str, int] = Field(default_factory=dict)
+    resumed_units: int = 0  # units taken from an earlier, interrupted run
+    finished: str = ""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def input_files(paths: Iterable[Path]) -> list[InputFile]:
+    return [InputFile(path=str(p), sha256=sha256_file(p)) for p in paths]
+
+
+def fingerprint(stage: str, inputs: list[InputFile], params: Mapping[str, Any]) -> str:
+    keep = {
+        "stage": stage,
+        "format": FORMAT,
+        "inputs": [i.sha256 for i in inputs],
+        "params": dict(params),
+    }
+    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+_CODE_VERSION: str | None = None
+
+
+def code_version() -> str:
+    """The package version and a digest of the stages' code (this module, ``synth/tools``)."""
+    global _CODE_VERSION
+    if _CODE_VERSION is None:
+        h = hashlib.sha256()
+        root = Path(__file__).parent
+        for path in [Path(__file__), *sorted((root / "tools").glob("*.py"))]:
+            h.update(path.relative_to(root).as_posix().encode())
+            h.update(path.read_bytes())
+        _CODE_VERSION = f"{version()}+synth.{h.hexdigest()[:10]}"
+    return _CODE_VERSION
+
+
+@dataclass(frozen=True)
+class Shard:
+    """``i/N``: this run does the units whose key hashes to ``i`` modulo ``N``."""
+
+    index: int = 0
+    count: int = 1
+
+    @classmethod
+    def parse(cls, text: str | None) -> Shard:
+        if not text:
+            return cls()
+        try:
+            i, n = (int(part) for part in text.split("/"))
+        except ValueError:
+            raise ConfigError(f"--shard {text!r}: write it as i/N, e.g. 0/4") from None
+        if n < 1 or not 0 <= i < n:
+            raise ConfigError(f"--shard {text!r}: needs N ≥ 1 and 0 ≤ i < N")
+        return cls(i, n)
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def holds(self, key: str) -> bool:
+        if self.count == 1:
+            return True
+        digest = hashlib.sha256(key.encode()).digest()
+        return int.from_bytes(digest[:8], "big") % self.count == self.index
+
+
+def write_atomic(path: Path, lines: Iterable[str]) -> None:
+    """Write ``lines`` to a temporary name beside ``path``, then rename it into place."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            for line in lines:
+                f.write(line)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def jsonl(records: Iterable[BaseModel]) -> Iterable[str]:
+    for r in records:
+        yield r.model_dump_json() + "\n"
+
+
+def read_stats(directory: Path, stage: str) -> dict[str, Any]:
+    """The ``stats.json`` of a complete ``stage`` run in ``directory`` (an input of a later
+    stage), or a ConfigError that says what the directory holds instead."""
+    path = directory / STATS
+    if not directory.is_dir():
+        raise ConfigError(f"{directory} is not a directory", hint=f"name the --out of `{stage}`")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        hint = f"run `astra-train synth {stage}` into it (or finish it with --resume)"
+        raise ConfigError(f"{directory} holds no complete {stage} run", hint=hint) from None
+    if not isinstance(data, dict) or data.get("stage") != stage:
+        what = data.get("stage") if isinstance(data, dict) else None
+        raise ConfigError(f"{directory} holds a {what or 'unknown'} run, not a {stage} run")
+    return data
+
+
+class _Unit(BaseModel):
+    unit: str
+    records: list[dict[str, Any]] = Field(default_factory=list)
+    rejections: list[Rejection] = Field(default_factory=list)
+    usage: dict[str, TokenCount] = Field(default_factory=dict)  # teacher tokens, by prompt
+
+
+class StageRun(Generic[R]):
+    """One stage's run in an output directory: checks, the journal, resume, the final write.
+
+    ``complete`` is set when ``resume`` found the same run already finished (``stats`` then
+    holds its stats.json); the stage has nothing to do.
+    """
+
+    def __init__(
+        self,
+        out: Path,
+        *,
+        stage: str,
+        output: str,
+        record_type: type[R],
+        fingerprint: str,
+        overwrite: bool = False,
+        resume: bool = False,
+        extra_outputs: tuple[str, ...] = (),
+        fsync: bool = False,
+    ) -> None:
+        if overwrite and resume:
+            raise ConfigError("--overwrite and --resume exclude each other")
+        self.out = out
+        self.stage = stage
+        self.output = output
+        self.record_type = record_type
+        self.fingerprint = fingerprint
+        self.fsync = fsync
+        self.names = (output, *extra_outputs, REJECTIONS, STATS, JOURNAL, RUN_STATE)
+        self.units: dict[str, _Unit] = {}
+        self.complete = False
+        self.stats: dict[str, Any] = {}
+        self._prepare(overwrite, resume)
+
+    # ------------------------------------------------------------------ start
+
+    def _prepare(self, overwrite: bool, resume: bool) -> None:
+        out = self.out
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {out} is a file, not a directory")
+        if overwrite:
+            for name in self.names:
+                (out / name).unlink(missing_ok=True)
+        elif out.is_dir() and any(out.iterdir()):
+            self._check_existing(resume)
+            if self.complete:
+                return
+        out.mkdir(parents=True, exist_ok=True)
+        state = {"stage": self.stage, "fingerprint": self.fingerprint, "code": code_version()}
+        write_atomic(out / RUN_STATE, [json.dumps(state)])
+
+    def _check_existing(self, resume: bool) -> None:
+        out = self.out
+        for name, done in ((STATS, True), (RUN_STATE, False)):
+            hint = (
+                "choose another --out, or pass --overwrite to replace it"
+                if done
+                else "pass --resume to continue it, or --overwrite to start over"
+            )
+            path = out / name
+            if not path.is_file():
+                continue
+            try:
+                old = json.loads(path.read_text(encoding="utf-8"))
+            except ValueError:
+                old = {}
+            what = "a complete" if done else "an unfinished"
+            if old.get("stage") != self.stage:
+                raise ConfigError(
+                    f"{out} holds {what} {old.get('stage') or 'unknown'} run",
+                    hint="choose another --out, or pass --overwrite",
+                )
+            if not resume:
+                raise ConfigError(f"{out} holds {what} {self.stage} run", hint=hint)
+            if old.get("fingerprint") != self.fingerprint:
+                raise ConfigError(
+                    f"{out} holds {what} {self.stage} run of other inputs or parameters "
+                    f"(fingerprint {old.get('fingerprint')}, this run {self.fingerprint})",
+                    hint="choose another --out, or pass --overwrite",
+                )
+            if done:
+                self.complete, self.stats = True, old
+            else:
+                self._load_journal(old.get("code"))
+            return
+        raise ConfigError(
+            f"{out} is not empty and holds no {self.stage} run",
+            hint="choose another --out, or pass --overwrite",
+        )
+
+    def _load_journal(self, code: str | None) -> None:
+        path = self.out / JOURNAL
+        if code != code_version():
+            log.warning(
+                "resuming a %s run made by code %s with %s", self.stage, code, code_version()
+            )
+        if drop_torn_tail(path):
+            log.warning("%s: dropped a partial last unit (a killed writer)", path)
+        if not path.is_file():
+            return
+        for n, line in enumerate(jsonl_lines(path.read_text(encoding="utf-8")), start=1):
+            if not line.strip():
+                continue
+            try:
+                unit = _Unit.model_validate_json(line)
+            except ValidationError as exc:
+                raise ConfigError(f"{path}:{n} is not a journal line: {exc}") from None
+            self.units[unit.unit] = unit
+
+    # ------------------------------------------------------------------ during the run
+
+    def done(self, unit: str) -> bool:
+        return unit in self.units
+
+    def records(self, unit: str) -> list[R]:
+        got = self.units.get(unit)
+        return [self.record_type.model_validate(r) for r in got.records] if got else []
+
+    def commit(
+        self,
+        unit: str,
+        records: list[R],
+        rejections: list[Rejection],
+        usage: Mapping[str, TokenCount] | None = None,
+    ) -> None:
+        """Record a finished unit (one whole journal line) and the teacher tokens it took."""
+        line = _Unit(
+            unit=unit,
+            records=[r.model_dump(mode="json") for r in records],
+            rejections=rejections,
+            usage=dict(usage or {}),
+        )
+        append_jsonl(self.out / JOURNAL, line, fsync=self.fsync)
+        self.units[unit] = line
+
+    # ------------------------------------------------------------------ the end
+
+    def finish(
+        self,
+        stats: S,
+        order: Iterable[str],
+        *,
+        rejections: Iterable[Rejection] = (),
+        extra: Mapping[str, Iterable[BaseModel]] | None = None,
+    ) -> S:
+        """Write the outputs: the records of the units in ``order`` (others after them), the
+        ``extra`` files, every rejection (the units' and ``rejections``) and, last, stats."""
+        keys = list(dict.fromkeys([*order, *self.units]))
+        units = [self.units[k] for k in keys if k in self.units]
+        rejected = [r for u in units for r in u.rejections] + list(rejections)
+        counts: dict[str, int] = {}
+        for r in rejected:
+            counts[r.reason] = counts.get(r.reason, 0) + 1
+        stats.records = sum(len(u.records) for u in units)
+        stats.rejections = dict(sorted(counts.items()))
+        stats.finished = datetime.now(UTC).isoformat(timespec="seconds")
+
+        def lines() -> Iterable[str]:
+            for u in units:
+                for r in u.records:
+                    yield json.dumps(r, ensure_ascii=False) + "\n"
+
+        write_atomic(self.out / self.output, lines())
+        for name, recs in (extra or {}).items():
+            write_atomic(self.out / name, jsonl(recs))
+        write_atomic(self.out / REJECTIONS, jsonl(rejected))
+        write_atomic(self.out / STATS, [stats.model_dump_json(indent=2) + "\n"])
+        (self.out / JOURNAL).unlink(missing_ok=True)
+        (self.out / RUN_STATE).unlink(missing_ok=True)
+        return stats
+
+
+def read_records(
+    path: Path, model: type[R], stage: str
+) -> tuple[list[tuple[int, R]], list[Rejection]]:
+    """The records of a JSONL output of an earlier stage: each line that is not JSON or not a
+    ``model`` becomes a rejection (``not_json``, ``bad_record``), the others are kept."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    kept: list[tuple[int, R]] = []
+    rejected: list[Rejection] = []
+    for n, line in enumerate(jsonl_lines(text), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            data = json.loads(line)
+        except ValueError as exc:
+            rejected.append(
+                Rejection(stage=stage, source=where, reason="not_json", detail=str(exc))
+            )
+            continue
+        try:
+            kept.append((n, model.model_validate(data)))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            detail = f"{'.'.join(map(str, err['loc'])) or '<record>'}: {err['msg']}"
+            rid = data.get("id", "") if isinstance(data, dict) else ""
+            rejected.append(
+                Rejection(
+                    stage=stage, source=where, id=str(rid), reason="bad_record", detail=detail
+                )
+            )
+    return kept, rejected
+
+
+# ------------------------------------------------------------------ units run concurrently
+
+U = TypeVar("U")
+UnitProcess = Callable[[str, U], Awaitable["UnitOutcome[R]"]]
+
+
+@dataclass(frozen=True)
+class UnitOutcome(Generic[R]):
+    """What processing one unit gave: the records kept and the rejections (either may be
+    empty; the unit is done either way)."""
+
+    records: list[R] = dataclass_field(default_factory=list)
+    rejections: list[Rejection] = dataclass_field(default_factory=list)
+
+
+class UnitsFailed(ServerError):
+    """Units could not be processed because the endpoint failed; the others are committed."""
+
+
+@dataclass
+class _Units(Generic[U, R]):
+    run: StageRun[R]
+    process: UnitProcess[U, R]
+    total: int
+    done: int
+    max_failures: int
+    progress: Progress | None
+    ran: int = 0
+    failed: int = 0
+    in_a_row: int = 0
+    last_error: str = ""
+
+    async def one(self, key: str, item: U) -> None:
+        with track_usage() as usage:
+            try:
+                outcome = await self.process(key, item)
+            except TeacherRejected as exc:
+                reject = Rejection(
+                    stage=self.run.stage, source=key, id=key, reason=exc.code,
+                    detail=exc.detail, raw=exc.raw_text,
+                )  # fmt: skip
+                outcome = UnitOutcome(rejections=[reject])
+            except ServerError as exc:  # the endpoint (EndpointError) or its replies failed
+                self._endpoint_failed(key, exc)
+                return
+        self.in_a_row = 0
+        self.run.commit(key, outcome.records, outcome.rejections, usage)
+        self.ran += 1
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+    def _endpoint_failed(self, key: str, exc: ServerError) -> None:
+        """Never data: the unit stays undone (``--resume`` does it); N in a row stop the run."""
+        self.failed += 1
+        self.in_a_row += 1
+        self.last_error = f"{key}: {exc.message}"
+        log.warning("unit %s not done, the endpoint failed: %s", key, exc.message)
+        if self.in_a_row >= self.max_failures:
+            raise UnitsFailed(
+                f"the endpoint failed {self.in_a_row} units in a row (last: {self.last_error}); "
+                f"{self.done} of {self.total} units are committed",
+                hint="rerun with --resume once the endpoint answers again",
+            )
+
+    async def worker(self, queue: Iterator[tuple[str, U]]) -> None:
+        for key, item in queue:
+            await self.one(key, item)
+
+
+async def run_units(
+    run: StageRun[R],
+    units: Sequence[tuple[str, U]],
+    process: UnitProcess[U, R],
+    *,
+    concurrency: int = 8,
+    max_connection_failures: int = 5,
+    progress: Progress | None = None,
+) -> int:
+    """Run ``process(key, item)`` over the units ``run`` has not committed yet, ``concurrency``
+    at a time, and commit each whole (one journal line) with the teacher tokens it took
+    (:func:`~training.synth.teacher.track_usage`); return how many this call processed.
+
+    A :class:`~training.synth.teacher.TeacherRejected` escaping ``process`` rejects the whole
+    unit (reason ``<prompt>:<problem>``, the raw reply kept). A failure of the endpoint
+    (:class:`~astra_agent.errors.ServerError`) is never recorded as data: the unit stays
+    undone, ``max_connection_failures`` in a row stop the run, and if any unit failed so the
+    call raises :class:`UnitsFailed` at the end instead of returning (``--resume`` does
+    those units; ``run.finish`` must not be called before they are done)."""
+    keys = [k for k, _ in units]
+    if len(set(keys)) != len(keys):
+        raise ConfigError("unit keys are not unique")
+    todo = [(k, item) for k, item in units if not run.done(k)]
+    state = _Units(
+        run, process, len(units), len(units) - len(todo), max_connection_failures, progress
+    )
+    if progress is not None:
+        progress(state.done, state.total)
+    queue = iter(todo)
+    workers = [asyncio.create_task(state.worker(queue)) for _ in range(min(concurrency, len(todo)))]
+    try:
+        await asyncio.gather(*workers)
+    finally:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+    if state.failed:
+        raise UnitsFailed(
+            f"{state.failed} unit(s) could not be done: the endpoint failed (last: "
+            f"{state.last_error}); {state.done} of {state.total} units are committed",
+            hint="rerun with --resume to do the rest",
+        )
+    return state.ran
+
+
+def usage_totals(run: StageRun[Any]) -> dict[str, TokenCount]:
+    """Teacher tokens of every committed unit (an earlier, interrupted run's too), by prompt."""
+    totals: dict[str, TokenCount] = {}
+    for unit in run.units.values():
+        for ref, count in unit.usage.items():
+            totals.setdefault(ref, TokenCount()).add(count)
+    return dict(sorted(totals.items()))
+
+
+class ScoreStats(BaseModel):
+    """One score's distribution over everything judged, and over what was kept."""
+
+    judged: int = 0
+    mean: float | None = None
+    histogram: dict[str, int] = Field(default_factory=dict)  # value → count, judged
+    kept: int = 0
+    kept_mean: float | None = None
+
+
+def score_stats(
+    judged: Iterable[Mapping[str, float]], kept: Iterable[Mapping[str, float]]
+) -> dict[str, ScoreStats]:
+    """Per score name: histogram and mean of ``judged`` (kept and rejected alike: what a user
+    calibrates thresholds on) and the mean of ``kept``."""
+    out: dict[str, ScoreStats] = {}
+    for scores in judged:
+        for name, value in scores.items():
+            s = out.setdefault(name, ScoreStats())
+            label = f"{value:g}"
+            s.histogram[label] = s.histogram.get(label, 0) + 1
+            s.mean = ((s.mean or 0.0) * s.judged + value) / (s.judged + 1)
+            s.judged += 1
+    for scores in kept:
+        for name, value in scores.items():
+            s = out.setdefault(name, ScoreStats())
+            s.kept_mean = ((s.kept_mean or 0.0) * s.kept + value) / (s.kept + 1)
+            s.kept += 1
+    for s in out.values():
+        s.histogram = dict(sorted(s.histogram.items(), key=lambda kv: float(kv[0])))
+        s.mean = None if s.mean is None else round(s.mean, 3)
+        s.kept_mean = None if s.kept_mean is None else round(s.kept_mean, 3)
+    return dict(sorted(out.items()))

@@ -1,0 +1,451 @@
+"""Stage 1, the tool pool: every tool of a set of MCP servers, one normalized record each.
+
+Two sources. An ``mcpServers`` config (the file ``astra-agent`` reads): its servers are
+started and their tools listed through :class:`~astra_agent.mcp_env.MCPEnvironment`; a server
+that fails to start or to list its tools is named in ``rejections.jsonl`` (``server_failed``,
+with its error and stderr tail, and in ``stats.json``) and the run goes on with the others (a
+failed server is never marked done, so resuming an interrupted run tries it again). Or a JSONL
+of server descriptions, one server per line, in ASTRA's ``mcp_servers.jsonl`` shape::
+
+    {"base_info": {"group_info": {"server_name": "...", "server_title": "...",
+                                  "server_description": "...", "domain": "..."},
+                   "tool_list": [{"name": "...", "description": "...", "parameters": {...}}]}}
+
+(also nested under ``"mcp_info"``, as ASTRA's graph stage writes it), or a flat shape:
+``{"name"|"server_name"|"server", "description", "domain"|"category", "tools"|"tool_list"}``.
+A tool's input schema is read from ``inputSchema``, ``input_schema`` or ``parameters``, an
+OpenAI ``{"type": "function", "function": {...}}`` wrapper is unwrapped, and what it returns
+from ``outputSchema``/``output_schema`` and ``output_description``/``returns`` (hints for the
+graph; optional).
+
+Output (``OUT``): ``pool.jsonl``, one :class:`ToolRecord` per tool (id ``server/tool``);
+``rejections.jsonl`` with a reason per thing left out (``not_json``, ``not_a_server``,
+``no_server_name``, ``no_tools``, ``no_tool_name``, ``bad_input_schema``, ``duplicate_tool``,
+``server_failed``); ``stats.json`` (counts by server and domain, the failed servers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from astra_agent.config import read_text
+from astra_agent.errors import ConfigError, ServerError
+from astra_agent.mcp_config import MCPConfig, load_mcp_config
+from astra_agent.mcp_env import MCPEnvironment
+from astra_agent.trajectory import jsonl_lines
+from training.synth.stage import (
+    Progress,
+    Provenance,
+    Rejection,
+    Shard,
+    StageRun,
+    StageStats,
+    SynthError,
+    code_version,
+    fingerprint,
+    input_files,
+    read_records,
+    read_stats,
+)
+
+log = logging.getLogger(__name__)
+
+STAGE = "pool"
+POOL_FILE = "pool.jsonl"
+EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+class ToolRecord(BaseModel):
+    """One tool of the pool."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str  # "server/tool"
+    server: str
+    name: str
+    domain: str = ""
+    description: str = ""
+    server_description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: dict(EMPTY_SCHEMA))
+    output_schema: dict[str, Any] | None = None
+    output_description: str = ""
+    annotations: dict[str, Any] = Field(default_factory=dict)  # MCP's hints (readOnlyHint…)
+    provenance: Provenance | None = None
+
+
+class PoolOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    domain: str = ""  # for an mcpServers config, which names none
+    shard: str | None = None  # "i/N": the servers whose name hashes to i
+
+
+class PoolStats(StageStats):
+    stage: str = STAGE
+    servers: int = 0
+    servers_failed: dict[str, str] = Field(default_factory=dict)
+    tools: int = 0
+    with_output_schema: int = 0
+    by_server: dict[str, int] = Field(default_factory=dict)
+    by_domain: dict[str, int] = Field(default_factory=dict)
+
+
+@dataclass
+class ServerEntry:
+    """A server as a source describes it: its tools still raw."""
+
+    name: str
+    source: str  # "file:line" or "mcp:<config>"
+    description: str = ""
+    domain: str = ""
+    tools: list[Any] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------ reading servers JSONL
+
+
+def _text(*values: Any) -> str:
+    return next((v.strip() for v in values if isinstance(v, str) and v.strip()), "")
+
+
+def server_entry(data: Any, source: str) -> ServerEntry | Rejection:
+    """One line of a servers JSONL: ASTRA's shape (``base_info``, maybe under ``mcp_info``)
+    or the flat one."""
+
+    def reject(reason: str, detail: str = "", rid: str = "") -> Rejection:
+        return Rejection(stage=STAGE, source=source, id=rid, reason=reason, detail=detail)
+
+    if not isinstance(data, dict):
+        return reject("not_a_server", f"a JSON {type(data).__name__}, not an object")
+    base = (data.get("mcp_info") or {}).get("base_info") if "mcp_info" in data else None
+    base = base if isinstance(base, dict) else data.get("base_info")
+    info: dict[str, Any]
+    if isinstance(base, dict):
+        group = base.get("group_info")
+        info = group if isinstance(group, dict) else {}
+        tools = base.get("tool_list")
+    else:
+        info, tools = data, data.get("tools", data.get("tool_list"))
+    name = _text(
+        info.get("server_name"), info.get("name"), info.get("server"), info.get("server_title")
+    )
+    if not name:
+        return reject("no_server_name", "none of server_name, name, server, server_title")
+    if not isinstance(tools, list):
+        return reject("no_tools", "no tool list (tool_list or tools)", name)
+    return ServerEntry(
+        name=name,
+        source=source,
+        description=_text(info.get("server_description"), info.get("description")),
+        domain=_text(info.get("domain"), info.get("category")),
+        tools=tools,
+    )
+
+
+def read_servers(path: Path) -> tuple[list[ServerEntry], list[Rejection]]:
+    """The servers of a JSONL file (lines of one server name merged, in file order)."""
+    text = read_text(path, "servers file")
+    servers: dict[str, ServerEntry] = {}
+    rejected: list[Rejection] = []
+    for n, line in enumerate(jsonl_lines(text), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            data = json.loads(line)
+        except ValueError as exc:
+            rejected.append(
+                Rejection(stage=STAGE, source=where, reason="not_json", detail=str(exc))
+            )
+            continue
+        got = server_entry(data, where)
+        if isinstance(got, Rejection):
+            rejected.append(got)
+        elif got.name in servers:
+            servers[got.name].tools += got.tools
+        else:
+            servers[got.name] = got
+    return list(servers.values()), rejected
+
+
+# ------------------------------------------------------------------ normalizing tools
+
+
+def _schema_problem(schema: Any) -> str | None:
+    """What makes ``schema`` unusable as a tool's input schema (None: nothing)."""
+    if not isinstance(schema, dict):
+        return f"a JSON {type(schema).__name__}, not an object schema"
+    kind = schema.get("type", "object")
+    if kind != "object" and not (isinstance(kind, list) and "object" in kind):
+        return f"type {kind!r}, not 'object'"
+    props = schema.get("properties", {})
+    if not isinstance(props, dict):
+        return f"properties is a JSON {type(props).__name__}, not an object"
+    for key, sub in props.items():
+        if not isinstance(sub, dict | bool):
+            return f"property {key!r} has a JSON {type(sub).__name__} as its schema"
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        return "required is not a list of names"
+    return None
+
+
+def normalize_tool(raw: Any, server: ServerEntry, run: str) -> ToolRecord | Rejection:
+    """A raw tool of ``server`` → a :class:`ToolRecord`, or the reason it cannot be one."""
+    if isinstance(raw, dict) and isinstance(raw.get("function"), dict):
+        raw = raw["function"]
+    if not isinstance(raw, dict):
+        return Rejection(
+            stage=STAGE,
+            source=server.source,
+            id=server.name,
+            reason="no_tool_name",
+            detail=f"a tool that is a JSON {type(raw).__name__}",
+        )
+    name = _text(raw.get("name"))
+    if not name:
+        return Rejection(stage=STAGE, source=server.source, id=server.name, reason="no_tool_name")
+    tid = f"{server.name}/{name}"
+    schema = next((raw[k] for k in ("inputSchema", "input_schema", "parameters") if k in raw), None)
+    schema = dict(EMPTY_SCHEMA) if schema is None or schema == {} else schema
+    problem = _schema_problem(schema)
+    if problem:
+        return Rejection(
+            stage=STAGE, source=server.source, id=tid, reason="bad_input_schema", detail=problem
+        )
+    schema = {"type": "object", "properties": {}, **schema}
+    output = next((raw[k] for k in ("outputSchema", "output_schema") if k in raw), None)
+    if output is not None and not isinstance(output, dict):
+        log.warning("%s: output schema is not an object; dropped", tid)
+        output = None
+    annotations = raw.get("annotations")
+    return ToolRecord(
+        id=tid,
+        server=server.name,
+        name=name,
+        domain=server.domain,
+        description=_text(raw.get("description")),
+        server_description=server.description,
+        input_schema=schema,
+        output_schema=output or None,
+        output_description=_text(raw.get("output_description"), raw.get("returns")),
+        annotations=annotations if isinstance(annotations, dict) else {},
+        provenance=Provenance(
+            stage=STAGE, run=run, code_version=code_version(), inputs=[server.source]
+        ),
+    )
+
+
+def _server_records(server: ServerEntry, run: str) -> tuple[list[ToolRecord], list[Rejection]]:
+    kept: dict[str, ToolRecord] = {}
+    rejected: list[Rejection] = []
+    for raw in server.tools:
+        got = normalize_tool(raw, server, run)
+        if isinstance(got, Rejection):
+            rejected.append(got)
+        elif got.id in kept:
+            rejected.append(
+                Rejection(
+                    stage=STAGE,
+                    source=server.source,
+                    id=got.id,
+                    reason="duplicate_tool",
+                    detail=f"server {server.name!r} lists {got.name!r} more than once",
+                )
+            )
+        else:
+            kept[got.id] = got
+    return list(kept.values()), rejected
+
+
+# ------------------------------------------------------------------ listing live servers
+
+
+def _output_schemas(env: MCPEnvironment) -> dict[tuple[str, str], tuple[Any, Any]]:
+    """(server, tool) → (output schema, annotations) as the servers listed them.
+
+    The environment's public listing (:class:`ToolSpec`) carries what the model sees, not
+    what a tool returns; the graph wants that too, so it is read from the listed MCP tools."""
+    out: dict[tuple[str, str], tuple[Any, Any]] = {}
+    for name, server in getattr(env, "_servers", {}).items():
+        for tool in getattr(server, "tools", []):
+            annotations = getattr(tool, "annotations", None)
+            if annotations is not None and hasattr(annotations, "model_dump"):
+                annotations = annotations.model_dump(by_alias=True, exclude_none=True)
+            out[(name, tool.name)] = (getattr(tool, "output_schema", None), annotations)
+    return out
+
+
+async def list_servers(
+    config: MCPConfig, source: str, domain: str = ""
+) -> tuple[list[ServerEntry], dict[str, str]]:
+    """Start ``config``'s servers together, list their tools, stop them: the servers that
+    answered (tools as raw dicts) and, by name, why each of the others failed."""
+    env = MCPEnvironment(config)
+    try:
+        await env.start()
+    except ServerError as exc:  # every server failed
+        failures = dict(env.failures) or dict.fromkeys(config.enabled(), str(exc))
+        return [], failures
+    try:
+        specs = await env.list_tools()
+        routes = env.routes()
+        extra = _output_schemas(env)
+    finally:
+        await env.close()
+    entries = {
+        n: ServerEntry(name=n, source=source, domain=domain)
+        for n in config.enabled()
+        if n not in env.failures
+    }
+    for spec in specs:
+        server, own = routes[spec.name]
+        output, annotations = extra.get((server, own), (None, None))
+        raw = {"name": own, "description": spec.description, "inputSchema": spec.parameters}
+        if output is not None:
+            raw["outputSchema"] = output
+        if annotations:
+            raw["annotations"] = annotations
+        entries[server].tools.append(raw)
+    return list(entries.values()), dict(env.failures)
+
+
+# ------------------------------------------------------------------ the stage
+
+
+def _stats_counts(stats: PoolStats, records: list[ToolRecord]) -> None:
+    for r in records:
+        stats.by_server[r.server] = stats.by_server.get(r.server, 0) + 1
+        stats.by_domain[r.domain] = stats.by_domain.get(r.domain, 0) + 1
+        stats.with_output_schema += r.output_schema is not None or bool(r.output_description)
+    stats.tools = len(records)
+    stats.by_domain = dict(sorted(stats.by_domain.items()))
+
+
+def build_pool(
+    out: Path,
+    *,
+    mcp_config: Path | None = None,
+    servers: Path | None = None,
+    options: PoolOptions | None = None,
+    overwrite: bool = False,
+    resume: bool = False,
+    progress: Progress | None = None,
+) -> PoolStats:
+    """Build ``out/pool.jsonl`` from an ``mcpServers`` config or a servers JSONL (exactly one
+    of them); see the module's docstring for what is written. Synchronous: it runs the MCP
+    servers' event loop itself (from async code, call it in a worker thread)."""
+    options = options or PoolOptions()
+    if (mcp_config is None) == (servers is None):
+        raise ConfigError("give either --mcp-config or --servers (one of them)")
+    source = mcp_config if mcp_config is not None else servers
+    assert source is not None
+    shard = Shard.parse(options.shard)
+    config = load_mcp_config(source) if mcp_config is not None else None
+    inputs = input_files([source])
+    params = {"source": "mcp" if config else "servers", **options.model_dump()}
+    run_id = fingerprint(STAGE, inputs, params)
+    run = StageRun(
+        out,
+        stage=STAGE,
+        output=POOL_FILE,
+        record_type=ToolRecord,
+        fingerprint=run_id,
+        overwrite=overwrite,
+        resume=resume,
+        fsync=True,
+    )
+    if run.complete:
+        return PoolStats.model_validate(run.stats)
+    stats = PoolStats(fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params)
+    if config is not None:
+        order, rejected = _from_mcp(
+            run, config, str(source), options.domain, shard, stats, progress
+        )
+    else:
+        order, rejected = _from_servers(run, source, shard, stats, progress)
+    records = [r for name in order for r in run.records(name)]
+    _stats_counts(stats, records)
+    if not records:
+        failed = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in stats.servers_failed.items())
+        raise SynthError(
+            f"no tool in the pool ({len(rejected)} rejection(s) before the tools"
+            + (f"; failed servers: {failed}" if failed else "")
+            + ")",
+            hint="check the servers (astra-agent tools --config FILE) or the input file",
+        )
+    return run.finish(stats, order, rejections=rejected)
+
+
+def _from_servers(
+    run: StageRun[ToolRecord],
+    path: Path,
+    shard: Shard,
+    stats: PoolStats,
+    progress: Progress | None,
+) -> tuple[list[str], list[Rejection]]:
+    entries, rejected = read_servers(path)
+    mine = [e for e in entries if shard.holds(e.name)]
+    stats.servers = len(mine)
+    for i, entry in enumerate(mine, start=1):
+        if run.done(entry.name):
+            stats.resumed_units += 1
+        else:
+            records, why = _server_records(entry, run.fingerprint)
+            run.commit(entry.name, records, why)
+        if progress is not None:
+            progress(i, len(mine))
+    return [e.name for e in mine], rejected
+
+
+def _from_mcp(
+    run: StageRun[ToolRecord],
+    config: MCPConfig,
+    source: str,
+    domain: str,
+    shard: Shard,
+    stats: PoolStats,
+    progress: Progress | None,
+) -> tuple[list[str], list[Rejection]]:
+    names = [n for n in config.enabled() if shard.holds(n)]
+    stats.servers = len(names)
+    todo = [n for n in names if not run.done(n)]
+    stats.resumed_units = len(names) - len(todo)
+    if progress is not None:
+        progress(stats.resumed_units, len(names))
+    rejected: list[Rejection] = []
+    if todo:
+        subset = config.model_copy(update={"servers": {n: config.servers[n] for n in todo}})
+        entries, failures = asyncio.run(list_servers(subset, f"mcp:{source}", domain))
+        for entry in entries:
+            records, why = _server_records(entry, run.fingerprint)
+            run.commit(entry.name, records, why)
+        for name in todo:  # in config order
+            if name in failures:
+                stats.servers_failed[name] = failures[name]
+                rejected.append(
+                    Rejection(
+                        stage=STAGE,
+                        source=f"mcp:{source}",
+                        id=name,
+                        reason="server_failed",
+                        detail=failures[name],
+                    )
+                )
+        if progress is not None:
+            progress(len(names), len(names))
+    return names, rejected
+
+
+def read_pool(directory: Path) -> tuple[list[tuple[int, ToolRecord]], list[Rejection]]:
+    """The records of a pool directory's ``pool.jsonl`` with their line numbers; unreadable
+    lines as rejections."""
+    read_stats(directory, STAGE)
+    return read_records(directory / POOL_FILE, ToolRecord, "graph")

@@ -1,0 +1,624 @@
+"""Stage 4, tasks: for each tool chain, user questions that need the chain, judged and filtered.
+
+Per chain and per mode — ``diverse`` (free wording), ``constrained`` (concrete constraints the
+answer must respect), ``persona`` (written as an invented person) — the teacher writes one
+question that asks for the outcome without naming a tool (``prompts/tasks.v1.jinja``). Then,
+cheapest first, a question is rejected when it
+
+``names_tool``
+    names a tool of its chain: an identifier-like name (``get_weather``, ``fileSearch``,
+    ``v2.lookup``) anywhere as a word, a plain-word name (``search``) only where it is used
+    as a name (```search```, ``search(``, "the search tool/function/API");
+``contaminated``
+    is too close to a BFCL-V3 multi-turn user question (Jaccard estimate ≥
+    ``decontam_threshold``, default 0.5), read from the installed ``bfcl-eval`` data;
+``near_duplicate``
+    is too close to a question already kept (≥ ``dedup_threshold``, default 0.7), of any
+    chain or mode, an interrupted run's included;
+``low_score``
+    scores under a threshold by the teacher's judge (``prompts/tasks_judge.v1.jinja``):
+    tool-selection difficulty, uniqueness, question quality and realism, 1–5 each. Defaults:
+    each at least 3 (``min_scores``) and their mean at least 3.5 (``min_mean``).
+    ``stats.json`` holds each score's distribution over everything judged (kept and
+    rejected) so that the thresholds can be calibrated on a first run;
+``tasks:<problem>`` / ``tasks_judge:<problem>``
+    no usable reply from the teacher in ``max_attempts`` tries (``not_json``, ``schema``,
+    ``truncated``, ``too_long``, ``too_deep``, ``empty``; the raw reply is kept).
+
+Similarity is MinHash over word shingles (3 words by default; 128 hash functions from one
+``hashlib.shake_128`` digest per shingle, banded into an LSH index chosen for the threshold).
+Under concurrency, which of two near-duplicates is kept depends on which is judged first.
+
+Input: ``synth chains`` output directories (or ``chains.jsonl`` files) and the ``synth pool``
+output the chains' tool ids come from. Output (``OUT``): ``tasks.jsonl`` (:class:`TaskRecord`,
+id ``<chain>:<mode>``), ``rejections.jsonl``, ``stats.json`` (:class:`TaskStats`: counts by
+mode, teacher tokens by prompt, score distributions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from astra_agent.errors import ConfigError
+from astra_agent.model import ChatModel, ModelConfig
+from training.synth.stage import (
+    Progress,
+    Provenance,
+    Rejection,
+    ScoreStats,
+    Shard,
+    StageRun,
+    StageStats,
+    UnitOutcome,
+    code_version,
+    fingerprint,
+    input_files,
+    read_records,
+    read_stats,
+    run_units,
+    score_stats,
+    usage_totals,
+)
+from training.synth.teacher import (
+    Teacher,
+    TeacherConfig,
+    TeacherRejected,
+    TokenCount,
+    teacher_provenance,
+)
+from training.synth.tools.chains import CHAINS_FILE, ToolChain
+from training.synth.tools.pool import POOL_FILE, ToolRecord
+
+STAGE = "tasks"
+TASKS_FILE = "tasks.jsonl"
+GENERATE, JUDGE = "tasks", "tasks_judge"  # the prompt templates
+PROMPTS = (GENERATE, JUDGE)
+TaskMode = Literal["diverse", "constrained", "persona"]
+MODES: tuple[TaskMode, ...] = ("diverse", "constrained", "persona")
+ScoreName = Literal["tool_selection_difficulty", "uniqueness", "question_quality", "realism"]
+SCORES: tuple[ScoreName, ...] = (
+    "tool_selection_difficulty",
+    "uniqueness",
+    "question_quality",
+    "realism",
+)
+
+
+# ------------------------------------------------------------------ what the teacher returns
+
+
+class Question(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=10, max_length=2000)
+
+
+class PersonaQuestion(Question):
+    persona: str = Field(min_length=3, max_length=500)
+
+
+class JudgeScores(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tool_selection_difficulty: int = Field(ge=1, le=5)
+    uniqueness: int = Field(ge=1, le=5)
+    question_quality: int = Field(ge=1, le=5)
+    realism: int = Field(ge=1, le=5)
+    reason: str = Field("", max_length=2000)
+
+    def scores(self) -> dict[ScoreName, int]:
+        return {name: getattr(self, name) for name in SCORES}
+
+
+# ------------------------------------------------------------------ records, config, stats
+
+
+class TaskRecord(BaseModel):
+    """One kept question."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str  # "<chain id>:<mode>"
+    chain: str
+    mode: TaskMode
+    question: str
+    persona: str | None = None
+    tools: list[str]  # pool ids, in call order (the records are in the pool)
+    domain: str = ""
+    scores: dict[str, int] = Field(default_factory=dict)
+    judge_reason: str = ""
+    provenance: Provenance | None = None
+
+
+class TasksConfig(BaseModel):
+    """``astra-train synth tasks``. Thresholds: every score at least ``min_scores`` (3 each by
+    default; a name left out keeps its default) and the four's mean at least ``min_mean``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chains: list[Path] = Field(min_length=1, description="`synth chains` outputs or JSONL files")
+    pool: list[Path] = Field(min_length=1, description="`synth pool` outputs or pool.jsonl files")
+    out: Path
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
+    modes: list[TaskMode] = Field(default_factory=lambda: list(MODES), min_length=1)
+    min_scores: dict[ScoreName, int] = Field(default_factory=dict)
+    min_mean: float = Field(3.5, ge=1, le=5)
+    dedup_threshold: float = Field(0.7, gt=0, le=1)
+    decontaminate: bool = True
+    decontam_threshold: float = Field(0.5, gt=0, le=1)
+    shingle: int = Field(3, ge=1, le=8, description="words per shingle")
+    concurrency: int = Field(8, ge=1, description="chains at once (each asks per mode at once)")
+    shard: str | None = Field(None, description="i/N: the chains whose id hashes to i")
+    max_connection_failures: int = Field(5, ge=1)
+    resume: bool = False
+    overwrite: bool = False
+
+    @field_validator("modes")
+    @classmethod
+    def _unique(cls, modes: list[TaskMode]) -> list[TaskMode]:
+        return list(dict.fromkeys(modes))
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> TasksConfig:
+        self.min_scores = {name: self.min_scores.get(name, 3) for name in SCORES}
+        if not all(1 <= v <= 5 for v in self.min_scores.values()):
+            raise ValueError("min_scores must be within 1..5")
+        Shard.parse(self.shard)
+        return self
+
+    def params(self) -> dict[str, Any]:
+        """What the results depend on (the teacher's part is added by the run)."""
+        keep = {"modes", "min_scores", "min_mean", "dedup_threshold", "decontaminate"}
+        keep |= {"decontam_threshold", "shingle", "shard"}
+        return self.model_dump(mode="json", include=keep)
+
+
+def parse_min_scores(values: Sequence[str]) -> dict[str, int]:
+    """``--min-score`` values: ``N`` (every score) or ``name=N``, later ones winning."""
+    out: dict[str, int] = {}
+    for value in values:
+        name, _, number = value.rpartition("=")
+        names = [name] if name else list(SCORES)
+        if name and name not in SCORES:
+            raise ConfigError(f"--min-score {value!r}: no score {name!r}", hint=", ".join(SCORES))
+        try:
+            n = int(number)
+        except ValueError:
+            raise ConfigError(f"--min-score {value!r}: write N or NAME=N (1-5)") from None
+        out |= dict.fromkeys(names, n)
+    return out
+
+
+class TaskStats(StageStats):
+    stage: str = STAGE
+    chains: int = 0
+    questions: int = 0
+    by_mode: dict[str, int] = Field(default_factory=dict)
+    teacher: dict[str, Any] = Field(default_factory=dict)
+    tokens: dict[str, TokenCount] = Field(default_factory=dict)  # by prompt ("tasks.v1")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    scores: dict[str, ScoreStats] = Field(default_factory=dict)  # "overall": the four's mean
+    bfcl_questions: int = 0  # the decontamination set
+
+
+# ------------------------------------------------------------------ similarity (MinHash)
+
+PERMUTATIONS = 128
+_WORD = re.compile(r"\w+")
+_ROW = struct.Struct(f"<{PERMUTATIONS}I")
+
+
+def shingles(text: str, size: int = 3) -> set[str]:
+    """The text's lower-cased word ``size``-grams (the whole text when it is shorter)."""
+    words = _WORD.findall(text.lower())
+    if len(words) <= size:
+        return {" ".join(words)} if words else set()
+    return {" ".join(words[i : i + size]) for i in range(len(words) - size + 1)}
+
+
+def signature(text: str, size: int = 3) -> tuple[int, ...]:
+    """MinHash signature: per hash function (a 4-byte slice of the shingle's shake_128
+    digest), the minimum over the shingles. Empty for a text without words."""
+    rows = [
+        _ROW.unpack(hashlib.shake_128(s.encode()).digest(_ROW.size)) for s in shingles(text, size)
+    ]
+    return tuple(map(min, zip(*rows, strict=True))) if rows else ()
+
+
+def similarity(a: Sequence[int], b: Sequence[int]) -> float:
+    """The Jaccard similarity estimate of two signatures."""
+    if not a or not b:
+        return 0.0
+    return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
+
+
+def _rows_per_band(threshold: float) -> int:
+    """The most rows per LSH band that still finds a pair at ``threshold`` with ≥ 99.9 %."""
+    for rows in (16, 8, 4, 2):
+        if 1 - (1 - threshold**rows) ** (PERMUTATIONS // rows) >= 0.999:
+            return rows
+    return 1
+
+
+class NearDuplicates:
+    """Signatures indexed by LSH bands: which known text is at least ``threshold`` similar."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.rows = _rows_per_band(threshold)
+        self._bands: dict[tuple[int, tuple[int, ...]], list[str]] = {}
+        self._sigs: dict[str, tuple[int, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self._sigs)
+
+    def _keys(self, sig: tuple[int, ...]) -> Iterable[tuple[int, tuple[int, ...]]]:
+        r = self.rows
+        return ((b, sig[b * r : (b + 1) * r]) for b in range(PERMUTATIONS // r))
+
+    def query(self, sig: tuple[int, ...]) -> tuple[str, float] | None:
+        """The most similar known text at or over the threshold (label, similarity)."""
+        if not sig:
+            return None
+        found = {label for key in self._keys(sig) for label in self._bands.get(key, ())}
+        best = max(((similarity(sig, self._sigs[x]), x) for x in sorted(found)), default=None)
+        return (best[1], best[0]) if best and best[0] >= self.threshold else None
+
+    def add(self, label: str, sig: tuple[int, ...]) -> None:
+        if not sig or label in self._sigs:
+            return
+        self._sigs[label] = sig
+        for key in self._keys(sig):
+            self._bands.setdefault(key, []).append(label)
+
+
+@cache
+def bfcl_questions() -> tuple[tuple[str, str], ...]:
+    """Every distinct user question of BFCL-V3 multi-turn: (``<entry id> turn <n>``, text)."""
+    from eval.bfcl.official import CATEGORIES, load_category
+
+    seen: dict[str, str] = {}
+    for category in CATEGORIES:
+        for entry in load_category(category):
+            for turn, messages in enumerate(entry.question):
+                for m in messages:
+                    text = m.get("content")
+                    if m.get("role") == "user" and isinstance(text, str) and text.strip():
+                        seen.setdefault(text, f"{entry.id} turn {turn}")
+    return tuple((label, text) for text, label in seen.items())
+
+
+@cache
+def bfcl_index(threshold: float, size: int) -> NearDuplicates:
+    try:
+        questions = bfcl_questions()
+    except ConfigError as exc:
+        raise ConfigError(
+            f"decontamination needs the BFCL data: {exc.message}",
+            hint="install bfcl-eval (make setup does), or pass --no-decontaminate",
+        ) from None
+    index = NearDuplicates(threshold)
+    for label, text in questions:
+        index.add(label, signature(text, size))
+    return index
+
+
+# ------------------------------------------------------------------ naming a tool
+
+_IDENTIFIER = re.compile(r"[_.\-/0-9]|[a-z][A-Z]")
+
+
+def named_tool(question: str, tools: Sequence[ToolRecord]) -> str | None:
+    """The first tool of ``tools`` the question names (see the module), or None."""
+    for tool in tools:
+        for name in dict.fromkeys((tool.name, tool.id)):
+            if not name.strip():
+                continue
+            n = re.escape(name)
+            word = rf"(?<![\w.\-/]){n}(?![\w\-/]|\.\w)"
+            if _IDENTIFIER.search(name) and re.search(word, question, re.IGNORECASE):
+                return tool.name
+            used = rf"`{n}`|{word}\s*\(|\b(?:the\s+)?{n}\s+(?:tool|function|api|endpoint)\b"
+            if re.search(used, question, re.IGNORECASE):
+                return tool.name
+    return None
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def read_chains(paths: Sequence[Path]) -> tuple[list[ToolChain], list[Rejection], list[Path]]:
+    """Chains of ``synth chains`` directories (checked complete) or JSONL files, each id once
+    (a repeated one is rejected as ``duplicate_chain``); and the files read."""
+    chains: dict[str, ToolChain] = {}
+    rejected: list[Rejection] = []
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            read_stats(path, "chains")
+            path = path / CHAINS_FILE
+        files.append(path)
+        got, bad = read_records(path, ToolChain, STAGE)
+        rejected += bad
+        for line, chain in got:
+            if chain.id in chains:
+                rejected.append(
+                    Rejection(stage=STAGE, source=f"{path}:{line}", id=chain.id,
+                              reason="duplicate_chain")
+                )  # fmt: skip
+            else:
+                chains[chain.id] = chain
+    return list(chains.values()), rejected, files
+
+
+def read_tools(paths: Sequence[Path]) -> tuple[dict[str, ToolRecord], list[Path]]:
+    """The tools of ``synth pool`` directories or ``pool.jsonl`` files, by id."""
+    tools: dict[str, ToolRecord] = {}
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            read_stats(path, "pool")
+            path = path / POOL_FILE
+        files.append(path)
+        got, _ = read_records(path, ToolRecord, STAGE)
+        for _, tool in got:
+            tools.setdefault(tool.id, tool)
+    return tools, files
+
+
+def tool_view(tools: Sequence[ToolRecord]) -> tuple[list[dict[str, Any]], str]:
+    """The tools as the prompts show them: a list, and the same as one line of JSON."""
+    view = []
+    for t in tools:
+        item: dict[str, Any] = {"name": t.name, "description": t.description}
+        item["parameters"] = t.input_schema
+        if t.output_description or t.output_schema:
+            item["returns"] = t.output_description or t.output_schema
+        view.append(item)
+    return view, json.dumps(view, ensure_ascii=False)
+
+
+# ------------------------------------------------------------------ the stage
+
+
+@dataclass(frozen=True)
+class _Draft:
+    id: str
+    mode: TaskMode
+    question: str
+    persona: str | None
+    raw: str
+    attempts: int
+    sig: tuple[int, ...]
+
+
+def _quote(text: str, limit: int = 160) -> str:
+    return json.dumps(text if len(text) <= limit else text[:limit] + "…", ensure_ascii=False)
+
+
+class TasksStage:
+    """The per-chain work of the stage; its near-duplicate index lives across chains."""
+
+    def __init__(
+        self,
+        cfg: TasksConfig,
+        teacher: Teacher,
+        tools: Mapping[str, ToolRecord],
+        *,
+        run_id: str,
+        teacher_info: dict[str, Any],
+        bfcl: NearDuplicates | None,
+    ) -> None:
+        self.cfg, self.teacher, self.tools = cfg, teacher, tools
+        self.run_id, self.teacher_info, self.bfcl = run_id, teacher_info, bfcl
+        self.kept = NearDuplicates(cfg.dedup_threshold)
+        self.prompts = {name: teacher.prompt(name).ref for name in PROMPTS}
+
+    def resume(self, records: Iterable[TaskRecord]) -> None:
+        """Know the questions an interrupted run kept (near-duplicates of them are rejected)."""
+        for r in records:
+            self.kept.add(r.id, signature(r.question, self.cfg.shingle))
+
+    def _reject(self, chain: ToolChain, rid: str, reason: str, detail: str, **kw: Any) -> Rejection:
+        return Rejection(stage=STAGE, source=chain.id, id=rid, reason=reason, detail=detail, **kw)
+
+    async def process(self, key: str, chain: ToolChain) -> UnitOutcome[TaskRecord]:
+        missing = [t for t in chain.tools if t not in self.tools]
+        if missing:
+            why = f"not in the pool: {', '.join(missing)}"
+            return UnitOutcome(rejections=[self._reject(chain, key, "unknown_tool", why)])
+        tools = [self.tools[t] for t in chain.tools]
+        view = tool_view(tools)
+        drafts = await _gather(self._draft(chain, view, mode) for mode in self.cfg.modes)
+        rejections = [d for d in drafts if isinstance(d, Rejection)]
+        screened: list[_Draft] = []
+        for d in drafts:
+            if isinstance(d, _Draft):
+                problem = self._screen(chain, d, tools, screened)
+                if problem is None:
+                    screened.append(d)
+                else:
+                    rejections.append(problem)
+        judged = await _gather(self._judge(chain, view, d) for d in screened)
+        records: list[TaskRecord] = []
+        for d, verdict in zip(screened, judged, strict=True):
+            if isinstance(verdict, Rejection):
+                rejections.append(verdict)
+                continue
+            # no await from here to the commit: the index and the journal stay in step
+            dup = self.kept.query(d.sig)
+            if dup is not None:
+                detail = f"similarity {dup[1]:.2f} with {dup[0]}: {_quote(d.question)}"
+                rejections.append(self._reject(chain, d.id, "near_duplicate", detail, raw=d.raw))
+                continue
+            self.kept.add(d.id, d.sig)
+            records.append(self._record(chain, d, verdict))
+        return UnitOutcome(records, rejections)
+
+    async def _draft(
+        self, chain: ToolChain, view: tuple[list[dict[str, Any]], str], mode: TaskMode
+    ) -> _Draft | Rejection:
+        rid = f"{chain.id}:{mode}"
+        schema = PersonaQuestion if mode == "persona" else Question
+        try:
+            answer = await self.teacher.ask(
+                GENERATE, schema, mode=mode, tools=view[0], tools_json=view[1]
+            )
+        except TeacherRejected as exc:
+            return self._reject(chain, rid, exc.code, exc.detail, raw=exc.raw_text)
+        q = answer.value
+        persona = q.persona if isinstance(q, PersonaQuestion) else None
+        text = q.question.strip()
+        sig = signature(text, self.cfg.shingle)
+        return _Draft(rid, mode, text, persona, answer.raw, answer.attempts, sig)
+
+    def _screen(
+        self, chain: ToolChain, d: _Draft, tools: Sequence[ToolRecord], earlier: Sequence[_Draft]
+    ) -> Rejection | None:
+        """The cheap checks, before the judge: a tool named, BFCL, a near-duplicate."""
+        name = named_tool(d.question, tools)
+        if name is not None:
+            detail = f"names the tool {name!r}: {_quote(d.question)}"
+            return self._reject(chain, d.id, "names_tool", detail, raw=d.raw)
+        hit = self.bfcl.query(d.sig) if self.bfcl is not None else None
+        if hit is not None:
+            detail = f"similarity {hit[1]:.2f} with BFCL {hit[0]}: {_quote(d.question)}"
+            return self._reject(chain, d.id, "contaminated", detail, raw=d.raw)
+        dup = self.kept.query(d.sig)
+        for e in earlier:
+            sim = similarity(d.sig, e.sig)
+            if sim >= self.cfg.dedup_threshold and (dup is None or sim > dup[1]):
+                dup = (e.id, sim)
+        if dup is not None:
+            detail = f"similarity {dup[1]:.2f} with {dup[0]}: {_quote(d.question)}"
+            return self._reject(chain, d.id, "near_duplicate", detail, raw=d.raw)
+        return None
+
+    async def _judge(
+        self, chain: ToolChain, view: tuple[list[dict[str, Any]], str], d: _Draft
+    ) -> JudgeScores | Rejection:
+        question_json = json.dumps(d.question, ensure_ascii=False)
+        try:
+            answer = await self.teacher.ask(
+                JUDGE, JudgeScores, tools=view[0], tools_json=view[1], question_json=question_json
+            )
+        except TeacherRejected as exc:
+            detail = f"{exc.detail}; question: {_quote(d.question)}"
+            return self._reject(chain, d.id, exc.code, detail, raw=exc.raw_text)
+        scores = answer.value.scores()
+        low = [f"{n} {v} < {self.cfg.min_scores[n]}" for n, v in scores.items()
+               if v < self.cfg.min_scores[n]]  # fmt: skip
+        mean = sum(scores.values()) / len(scores)
+        if mean < self.cfg.min_mean:
+            low.append(f"mean {mean:.2f} < {self.cfg.min_mean:g}")
+        if low:
+            detail = f"{'; '.join(low)}: {_quote(d.question)}"
+            return self._reject(
+                chain, d.id, "low_score", detail, raw=answer.raw, scores=dict(scores)
+            )
+        return answer.value
+
+    def _record(self, chain: ToolChain, d: _Draft, verdict: JudgeScores) -> TaskRecord:
+        return TaskRecord(
+            id=d.id,
+            chain=chain.id,
+            mode=d.mode,
+            question=d.question,
+            persona=d.persona,
+            tools=list(chain.tools),
+            domain=chain.domain,
+            scores=verdict.scores(),
+            judge_reason=verdict.reason,
+            provenance=Provenance(
+                stage=STAGE,
+                run=self.run_id,
+                code_version=code_version(),
+                inputs=[chain.id],
+                prompts=self.prompts,
+                teacher=self.teacher_info,
+                created=datetime.now(UTC).isoformat(timespec="seconds"),
+                detail={"attempts": d.attempts},
+            ),
+        )
+
+
+async def _gather(coros: Iterable[Any]) -> list[Any]:
+    """All of them, to the end; then the first exception (an endpoint failure) is raised."""
+    results = await asyncio.gather(*coros, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results
+
+
+# ------------------------------------------------------------------ the run
+
+
+async def synth_tasks(cfg: TasksConfig, progress: Progress | None = None) -> TaskStats:
+    """Questions for the chains of ``cfg.chains`` (this shard's) into ``cfg.out``."""
+    shard = Shard.parse(cfg.shard)
+    chains, rejected, chain_files = read_chains(cfg.chains)
+    tools, pool_files = read_tools(cfg.pool)
+    bfcl = bfcl_index(cfg.decontam_threshold, cfg.shingle) if cfg.decontaminate else None
+    selected = [c for c in chains if shard.holds(c.id)]
+    inputs = input_files([*chain_files, *pool_files])
+    model = ChatModel(cfg.model, recover_calls=False)
+    try:
+        served = await model.check_model()
+        teacher = Teacher(model, cfg.teacher)
+        info = teacher_provenance(cfg.model, served)
+        params = {**cfg.params(), "teacher": info, **teacher.fingerprint(PROMPTS)}
+        run_id = fingerprint(STAGE, inputs, params)
+        run = StageRun(
+            cfg.out, stage=STAGE, output=TASKS_FILE, record_type=TaskRecord,
+            fingerprint=run_id, overwrite=cfg.overwrite, resume=cfg.resume,
+        )  # fmt: skip
+        if run.complete:
+            return TaskStats.model_validate(run.stats)
+        resumed = len(run.units)
+        stage = TasksStage(cfg, teacher, tools, run_id=run_id, teacher_info=info, bfcl=bfcl)
+        stage.resume(r for unit in run.units for r in run.records(unit))
+        await run_units(
+            run, [(c.id, c) for c in selected], stage.process, concurrency=cfg.concurrency,
+            max_connection_failures=cfg.max_connection_failures, progress=progress,
+        )  # fmt: skip
+    finally:
+        await model.close()
+    stats = TaskStats(
+        fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params,
+        resumed_units=resumed, chains=len(selected), teacher=info,
+        bfcl_questions=len(bfcl) if bfcl is not None else 0,
+    )  # fmt: skip
+    _count(stats, run, [c.id for c in selected])
+    return run.finish(stats, [c.id for c in selected], rejections=rejected)
+
+
+def _count(stats: TaskStats, run: StageRun[TaskRecord], order: Sequence[str]) -> None:
+    records = [r for unit in order for r in run.records(unit)]
+    judged: list[dict[str, float]] = [dict(r.scores) for r in records]
+    judged += [dict(x.scores) for u in order if u in run.units for x in run.units[u].rejections]
+    for scores in judged:
+        if scores:
+            scores["overall"] = sum(scores.values()) / len(scores)
+    kept = [{**r.scores, "overall": sum(r.scores.values()) / len(r.scores)} for r in records]
+    stats.questions = len(records)
+    for r in records:
+        stats.by_mode[r.mode] = stats.by_mode.get(r.mode, 0) + 1
+    stats.tokens = usage_totals(run)
+    stats.prompt_tokens = sum(t.prompt_tokens for t in stats.tokens.values())
+    stats.completion_tokens = sum(t.completion_tokens for t in stats.tokens.values())
+    stats.scores = score_stats(judged, kept)
