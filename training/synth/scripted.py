@@ -24,12 +24,14 @@ also put its own question or scores in. ``delay_s`` slows every reply (kill test
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
 
@@ -177,6 +179,30 @@ def _line(pattern: re.Pattern[str], text: str) -> str:
     return str(found[-1]) if found else ""
 
 
+# The other stages' rules, by template name: "module:function". A template's function takes the
+# prompt's text and returns the good answer (a JSON object; ``output`` shapes it like the tasks
+# stage's); "agent" takes a chat request with tools (the teacher acting in an episode) and
+# returns the Reply. Each lives beside its stage.
+RESPONDERS: dict[str, str] = {
+    "agent": "training.synth.tools.interact:scripted_agent",
+    "simulate_tool": "training.synth.tools.interact:scripted_reply",
+    "trajectory_judge": "training.synth.tools.judge:scripted_reply",
+    "decompose": "training.synth.envs.decompose:scripted_reply",
+    "necessity": "training.synth.envs.decompose:scripted_reply",
+    "verify": "training.synth.envs.decompose:scripted_reply",
+    "env_code": "training.synth.envs.code:scripted_reply",
+    "merge": "training.synth.envs.code:scripted_reply",
+}
+
+
+def _responder(name: str) -> Callable[..., Any]:
+    module, func = RESPONDERS[name].split(":")
+    fn = getattr(importlib.import_module(module), func)
+    if name == "agent":
+        return cast(Callable[..., Any], fn)
+    return functools.partial(fn, name)
+
+
 @dataclass
 class ScriptedTeacher:
     """The script (see the module). Call it with a request body; it returns a Reply."""
@@ -189,8 +215,14 @@ class ScriptedTeacher:
     def __call__(self, body: dict[str, Any]) -> Reply:
         text, attempt = _prompt(body)
         marker = MARKER.match(text)
-        if marker is None or marker["name"] not in ("tasks", "tasks_judge"):
+        if marker is None and body.get("tools") and "agent" in RESPONDERS:
+            return _responder("agent")(body)  # the teacher as the agent of an episode
+        if marker is None or marker["name"] not in ("tasks", "tasks_judge", *RESPONDERS):
             return Reply(status=400, delay_s=self.delay_s)
+        if marker["name"] in RESPONDERS:
+            good = _responder(marker["name"])(text)
+            content, finish = shaped(good, self.output if attempt <= self.times else None)
+            return Reply(content=content, finish_reason=finish, delay_s=self.delay_s)
         tools = json.loads(_line(CHAIN_LINE, text) or "[]")
         if marker["name"] == "tasks":
             mode = _line(MODE_LINE, text)
