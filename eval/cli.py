@@ -409,3 +409,157 @@ def bfcl_score(
             "as in `bfcl evaluate`"
         )
     console.print(f"scores: {summary['score_dir']}")
+
+
+@app.command("compare")
+@cli_errors
+def compare_cmd(
+    run_a: Annotated[Path, typer.Argument(help="The baseline run's directory (A).")],
+    run_b: Annotated[Path, typer.Argument(help="The run compared with it (B), of the same eval.")],
+    json_file: Annotated[
+        Path | None, typer.Option("--json", help="Also write the comparison as JSON here.")
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing --json file.")] = False,
+    show: Annotated[int, typer.Option(min=0, help="Changed entries to list.")] = 20,
+) -> None:
+    """Compare two BFCL runs or two arena runs entry by entry: fixed, broken, changed error
+    type; paired tests (exact McNemar; Wilcoxon on the arena rewards); per category/domain.
+
+    Example: astra-eval compare runs/bfcl-base runs/bfcl-new --json runs/compare.json
+    """
+    from eval.compare import compare_runs, render_table, write_comparison
+
+    if json_file is not None and json_file.exists() and not overwrite:
+        raise ConfigError(f"{json_file} already exists", hint="pass --overwrite to replace it")
+    comparison = compare_runs(run_a, run_b)
+    for warning in comparison.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(warning)}")
+    for table in render_table(comparison, show):
+        console.print(table)
+    if json_file is not None:
+        write_comparison(comparison, json_file, overwrite=overwrite)
+        console.print(f"comparison: {json_file}")
+
+
+@app.command("general")
+@cli_errors
+def general(
+    base_url: BaseUrlOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    temperature: TemperatureOpt = None,
+    tasks: Annotated[
+        str,
+        typer.Option(
+            help="lm-eval generation tasks, comma-separated: ours (astra_arith), lm-eval's "
+            "(gsm8k, aime24, …) or those under --include-path."
+        ),
+    ] = "astra_arith",
+    include_path: Annotated[
+        list[Path] | None,
+        typer.Option(help="A directory of your own lm-eval task YAMLs (repeatable)."),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N samples per task.")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Requests at once (lm-eval's num_concurrent; 4).")
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(help="Tokens per reply, thinking included (default: each task's own)."),
+    ] = None,
+    out: OutOpt = Path("runs/general"),
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace results in --out (no --resume: lm-eval scores at end).")
+    ] = False,
+) -> None:
+    """Run lm-eval generation tasks (general ability: arithmetic, GSM8K, AIME) against the
+    endpoint through lm-eval's chat-completions backend; the answer after </think> is scored.
+
+    Example: astra-eval general --base-url http://127.0.0.1:8000/v1 --out runs/general
+    """
+    import logging
+
+    from eval.general.runner import (
+        GeneralEvalConfig,
+        evaluate_general,
+        quiet_lm_eval,
+        require_lm_eval,
+    )
+
+    require_lm_eval()
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):  # --verbose shows lm-eval's logs
+        quiet_lm_eval()
+    cfg = load_config(
+        GeneralEvalConfig,
+        None,
+        {
+            "out": out,
+            "tasks": _names("--tasks", tasks, "astra_arith,gsm8k"),
+            "include_path": include_path or None,
+            **_runner_overrides(limit=limit, concurrency=concurrency, overwrite=overwrite or None),
+            "model": model_overrides(base_url, model, api_key, temperature, max_tokens=max_tokens),
+        },
+        env_prefix="ASTRA_EVAL_",
+    )
+    err_console.print(f"general: {', '.join(cfg.tasks)} against {cfg.model.base_url}")
+    summary = evaluate_general(cfg)
+    table = Table(title=f"general: {summary['samples']} samples, model {summary['model']}")
+    for col in ("task", "metric", "value"):
+        table.add_column(col, justify="left" if col != "value" else "right")
+    for task, metrics in summary["tasks"].items():
+        for name, value in metrics.items():
+            table.add_row(escape(task), escape(name), f"{value:.4f}")
+    console.print(table)
+    if summary["errors"]:
+        console.print(f"{summary['errors']} sample(s) got no usable reply (see results.jsonl)")
+    aime = summary["published"]["AIME"]
+    console.print(
+        f"published AIME (paper): {' / '.join(f'{x:.2f}' for x in aime['figures'])} for "
+        f"{' / '.join(aime['models'])} (which is which: unconfirmed); compare like with like"
+    )
+    console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
+
+
+@app.command("report")
+@cli_errors
+def report(
+    run_dirs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Run directories of `astra-eval bfcl|arenas|general` or `astra-train sft|rl`.",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
+    overwrite: Annotated[bool, typer.Option(help="Replace --out if it exists.")] = False,
+    title: Annotated[str | None, typer.Option(help="The page's title.")] = None,
+) -> None:
+    """One self-contained HTML report (charts, per-entry drill-downs; opens offline) over eval
+    and training runs; several runs side by side, two of one eval compared entry by entry.
+
+    Example: astra-eval report runs/bfcl runs/arenas runs/sft-tiny --out report.html
+    """
+    from eval.report.build import build_report, check_target
+    from eval.rundir import load_run, unique_names
+
+    check_target(out, overwrite)
+    runs, failed = [], []
+    for path, name in zip(run_dirs, unique_names(run_dirs), strict=True):
+        try:
+            run = load_run(path, name)
+        except ConfigError as exc:
+            failed.append(exc)
+            err_console.print(f"[red]skipped:[/] {escape(exc.message)}")
+            continue
+        runs.append(run)
+        size = f"{len(run.records)} records" if run.is_eval else f"{len(run.metrics)} steps"
+        state = " [yellow](partial)[/]" if run.partial else ""
+        console.print(f"loaded {escape(run.name)} ({run.kind}): {size}{state}")
+        for problem in run.problems:
+            err_console.print(f"  [yellow]{escape(problem)}[/]")
+    if not runs:
+        first = failed[0]
+        raise ConfigError(f"nothing to report: {first.message}", hint=first.hint)
+    path = build_report(runs, out, overwrite=overwrite, title=title)
+    size_mb = path.stat().st_size / 1e6
+    console.print(f"report: {path} ({size_mb:.1f} MB, {len(runs)} run(s))")

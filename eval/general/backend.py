@@ -1,0 +1,270 @@
+"""lm-eval's ``local-chat-completions`` backend, made to fit a thinking model behind an
+OpenAI-compatible endpoint (imports lm-eval: load it lazily, through the runner).
+
+What it changes, and why:
+
+* the **answer** a task's filters see is the text after ``</think>``
+  (:func:`~eval.general.thinking.answer_after_think`); the whole reply (its content, the
+  reasoning the server returned separately, the finish reason) is kept per sample in
+  :attr:`AstraChatLM.generations` for ``results.jsonl``;
+* the **sampling** is the harness's (``ModelConfig``: temperature, top-p, top-k, min-p,
+  ``max_tokens``, ``extra_body``), the same as every other eval here, not each task YAML's;
+  a task's ``max_gen_toks`` applies when ``--max-tokens`` is not given;
+* **stop sequences** (a task's ``until``) are not sent: the server would apply them to the
+  reasoning too and cut it short; a chat model ends its turn by itself;
+* an endpoint that fails (after our retries: lm-eval's are turned off) raises
+  :class:`~eval.runner.EndpointDied`, once; a task that needs log-likelihoods (multiple
+  choice) is refused by name (:class:`~astra_agent.errors.ConfigError`): a chat endpoint
+  returns no prompt log-probs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import random
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import aiohttp
+import requests
+from lm_eval.models.openai_completions import LocalChatCompletion
+
+from astra_agent.errors import ConfigError
+from eval.general.thinking import answer_after_think
+from eval.runner import EndpointDied
+
+log = logging.getLogger(__name__)
+_TAG = "\x00astra-generation:"  # marks the generations parse_generations hands on
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One reply as the endpoint returned it."""
+
+    content: str
+    reasoning: str | None = None  # returned separately (a server-side reasoning parser)
+    finish_reason: str | None = None
+    error: str | None = None  # the reply was not a chat completion
+
+    @property
+    def answer(self) -> str:
+        return answer_after_think(self.content)
+
+    def encode(self) -> str:
+        """As a string that survives lm-eval's plumbing between parse and generate_until."""
+        return _TAG + json.dumps(asdict(self))
+
+    @classmethod
+    def decode(cls, text: str) -> Generation:
+        if isinstance(text, str) and text.startswith(_TAG):
+            return cls(**json.loads(text[len(_TAG) :]))
+        return cls(content=text if isinstance(text, str) else "")
+
+
+def _parse_choice(choice: Any) -> Generation:
+    try:
+        message = choice["message"]
+        content = message.get("content")
+        reasoning = message.get("reasoning") or message.get("reasoning_content")
+    except (KeyError, TypeError, AttributeError):
+        return Generation("", error=f"not a chat completion choice: {str(choice)[:200]}")
+    if content is not None and not isinstance(content, str):
+        return Generation("", error=f"content is not text: {str(content)[:200]}")
+    return Generation(
+        content or "",
+        reasoning if isinstance(reasoning, str) else None,
+        choice.get("finish_reason"),
+    )
+
+
+def _describe(exc: BaseException, timeout_s: float) -> str:
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"HTTP {exc.status} {exc.message}".strip()
+    if isinstance(exc, requests.HTTPError) and exc.response is not None:
+        return f"HTTP {exc.response.status_code} {exc.response.reason or ''}".strip()
+    if isinstance(exc, asyncio.TimeoutError | requests.Timeout):
+        return f"no answer within {timeout_s:g} s"
+    if isinstance(exc, aiohttp.ClientConnectionError | requests.ConnectionError):
+        return f"connection failed ({type(exc).__name__}: {exc})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+_ENDPOINT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, requests.RequestException)
+
+
+def _retryable(exc: BaseException) -> bool:
+    """429, 5xx, refused or dropped connections and timeouts are worth another try; any
+    other HTTP error (a 400 for a too-long prompt, a 404 for a wrong model) is not."""
+    status = getattr(exc, "status", None)
+    if isinstance(exc, requests.HTTPError) and exc.response is not None:
+        status = exc.response.status_code
+    return status is None or status == 429 or status >= 500
+
+
+class AstraChatLM(LocalChatCompletion):
+    """``local-chat-completions`` with the harness's sampling and the answer after
+    ``</think>``; ``generations[(task, doc_id)]`` holds the replies, in request order, and
+    ``prompts[(task, doc_id)]`` the chat prompt sent (JSON).
+
+    Retries are ours (``ModelConfig``: ``max_retries``, ``retry_backoff_s``, as every other
+    client here), lm-eval's are off. Once a request has failed for good the run is over:
+    :class:`EndpointDied` is raised once, and requests still in flight are cancelled."""
+
+    def __init__(
+        self,
+        *,
+        sampling: dict[str, Any],
+        max_tokens: int | None,
+        timeout_s: float,
+        retries: int = 4,
+        backoff_s: float = 0.5,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            tokenizer_backend=None,
+            tokenized_requests=False,
+            eos_string="<|im_end|>",  # never sent (no stop sequences); silences a warning
+            timeout=max(1, round(timeout_s)),
+            max_retries=1,  # one attempt per lm-eval call: the retries are ours
+            **kwargs,
+        )
+        self._sampling = sampling
+        self._max_tokens = max_tokens
+        self._timeout_s = timeout_s
+        self._retries = retries
+        self._backoff_s = backoff_s
+        self.generations: dict[tuple[str, int], list[Generation]] = {}
+        self.prompts: dict[tuple[str, int], str] = {}  # the chat prompt (JSON), per sample
+        self.started = False  # set by the first request lm-eval runs (tasks are loaded then)
+        self.answered = 0  # requests the endpoint answered
+        self.died: EndpointDied | None = None
+        self._paused_until = 0.0  # monotonic time before which no request is sent
+
+    def _create_payload(
+        self,
+        messages: list[dict[str, Any]],
+        generate: bool = False,
+        gen_kwargs: dict[str, Any] | None = None,
+        seed: int = 1234,
+        eos: str | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        gen = dict(gen_kwargs or {})
+        gen.pop("until", None)
+        payload: dict[str, Any] = super()._create_payload(
+            messages, generate=generate, gen_kwargs=gen, seed=seed, eos=None
+        )
+        payload.pop("stop", None)
+        payload.update(self._sampling)
+        if self._max_tokens is not None:
+            payload["max_tokens"] = self._max_tokens
+        return payload
+
+    def parse_generations(self, outputs: Any, **kwargs: Any) -> list[str]:
+        texts: list[str] = []
+        for out in outputs if isinstance(outputs, list) else [outputs]:
+            choices = out.get("choices") if isinstance(out, dict) else None
+            if not isinstance(choices, list) or not choices:
+                error = f"not a chat completion (no choices): {str(out)[:200]}"
+                texts.append(Generation("", error=error).encode())
+                continue
+            ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+            texts += [_parse_choice(c).encode() for c in ordered]
+        return texts
+
+    def _retry_delay(self, exc: BaseException, attempt: int) -> float | None:
+        """Seconds before the next try, or None: give up (and the run is over)."""
+        if attempt >= self._retries or not _retryable(exc) or self.died is not None:
+            return None
+        return float(self._backoff_s * 2**attempt * (0.5 + random.random()))
+
+    def _pause(self, exc: BaseException, attempt: int, delay: float) -> None:
+        """Every request waits out a retry's delay, not only the one that failed: a failing
+        endpoint sees one round of requests per retry, not a storm of them (said once a
+        round)."""
+        now = time.monotonic()
+        if self._paused_until <= now:
+            what = _describe(exc, self._timeout_s)
+            log.warning("%s; retry %d in %.1f s", what, attempt + 1, delay)
+        self._paused_until = max(self._paused_until, now + delay)
+
+    async def _wait_pause(self) -> None:
+        while (left := self._paused_until - time.monotonic()) > 0:
+            await asyncio.sleep(left)
+
+    def _give_up(self, exc: BaseException) -> BaseException:
+        """The endpoint's failure, said once; requests failing after it are cancelled."""
+        if self.died is not None:
+            return asyncio.CancelledError()
+        self.died = EndpointDied(
+            f"{self.base_url}: {_describe(exc, self._timeout_s)} "
+            f"(after {self.answered} answered requests)"
+        )
+        return self.died
+
+    async def amodel_call(self, *args: Any, **kwargs: Any) -> Any:
+        for attempt in itertools.count():
+            await self._wait_pause()
+            if self.died is not None:
+                raise asyncio.CancelledError  # the run is over: no more requests
+            try:
+                result = await super().amodel_call(*args, **kwargs)
+            except Exception as exc:
+                if self.died is not None:  # e.g. lm-eval closed the session: the run is over
+                    raise asyncio.CancelledError from exc
+                if not isinstance(exc, _ENDPOINT_ERRORS):
+                    raise
+                delay = self._retry_delay(exc, attempt)
+                if delay is None:
+                    raise self._give_up(exc) from exc
+                self._pause(exc, attempt, delay)
+                continue
+            self.answered += 1
+            return result
+
+    def model_call(self, *args: Any, **kwargs: Any) -> Any:
+        for attempt in itertools.count():
+            try:
+                result = super().model_call(*args, **kwargs)
+            except _ENDPOINT_ERRORS as exc:
+                delay = self._retry_delay(exc, attempt)
+                if delay is None:
+                    raise self._give_up(exc) from exc
+                self._pause(exc, attempt, delay)
+                time.sleep(delay)
+                continue
+            self.answered += 1
+            return result
+
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        self.started = True
+        try:
+            texts = super().generate_until(requests, disable_tqdm)
+        except (EndpointDied, asyncio.CancelledError):
+            if self.died is None:
+                raise
+            raise self.died from None
+        answers = []
+        for req, text in zip(requests, texts, strict=True):
+            gen = Generation.decode(text)
+            key = (req.task_name, req.doc_id)
+            self.generations.setdefault(key, []).append(gen)
+            self.prompts[key] = str(getattr(req.args[0], "prompt", req.args[0]))
+            answers.append(gen.answer)
+        return answers
+
+    def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> Any:
+        self.started = True
+        names = ", ".join(sorted({str(r.task_name) for r in requests}))
+        raise ConfigError(
+            f"{names}: not a generation task (it scores log-likelihoods, which a chat "
+            "endpoint does not return)",
+            hint="run generation tasks (output_type: generate_until), e.g. gsm8k, aime24",
+        )
+
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> Any:
+        return self.loglikelihood(requests, disable_tqdm)
