@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import gzip
-import importlib.util
 import json
 import math
 import os
@@ -44,7 +43,6 @@ from tests.eval.test_rundir import arena_record, bfcl_record, bfcl_run, training
 ROOT = Path(__file__).parents[2]
 ATTACK = '</script><img src=x onerror="window.__pwned=1"><!-- \u2028\u2029 ü 漢 <b>bold</b>'
 CHROMIUM = shutil.which("chromium")
-LM_EVAL = importlib.util.find_spec("lm_eval") is not None
 ARITH = {
     d["question"]: d["answer"]
     for d in map(json.loads, (TASKS_DIR / "astra_arith.jsonl").read_text().splitlines())
@@ -303,13 +301,13 @@ def planted_general(req: dict[str, Any]) -> Reply:
     return Reply(content=f"Answer: {answer}", reasoning=f"It is {answer}.")
 
 
-def eval_cli(*args: str) -> None:
+def eval_cli(*args: str, cwd: Path = ROOT) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "eval", *args],
         capture_output=True,
         text=True,
         timeout=300,
-        cwd=ROOT,
+        cwd=cwd,
         env={**os.environ, "COLUMNS": "200"},
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
@@ -423,12 +421,14 @@ def real_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             str(root / "arenas"),
         )
     runs = {"bfcl": root / "bfcl", "arenas": root / "arenas"}
-    if LM_EVAL:  # `astra-eval general` runs lm-eval (the [train] extra, installed by make setup)
-        with ScriptedServer(planted_general) as srv:
-            eval_cli("general", "--base-url", srv.base_url, "--out", str(root / "general"))
-        runs["general"] = root / "general"
+    # `astra-eval general` runs lm-eval (the [train] extra, installed by make setup)
+    with ScriptedServer(planted_general) as srv:
+        eval_cli("general", "--base-url", srv.base_url, "--out", str(root / "general"))
+    runs["general"] = root / "general"
     runs |= {"sft": sft_log(root / "sft"), "rl": rl_log(root / "rl")}
-    eval_cli("report", *(str(p) for p in runs.values()), "--out", str(root / "report.html"))
+    # from the runs' parent, as a user would: the page (and the screenshot) shows those paths
+    names = (str(p.relative_to(root)) for p in runs.values())
+    eval_cli("report", *names, "--out", "report.html", cwd=root)
     return runs | {"report": root / "report.html"}
 
 
@@ -436,8 +436,7 @@ def real_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def browser_page(real_runs: dict[str, Path]) -> Iterator[tuple[Any, list[str]]]:
     """The report open in headless Chromium, and what went wrong there (console errors and
     warnings, page errors, dialogs)."""
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH (scripts/setup-system.sh installs Debian's)")
+    assert CHROMIUM is not None, "no chromium on PATH: scripts/setup-system.sh installs Debian's"
     from playwright.sync_api import sync_playwright
 
     problems: list[str] = []
@@ -479,10 +478,9 @@ def test_report_of_real_runs_in_chromium(
     last = json.loads((real_runs["sft"] / "metrics.jsonl").read_text().splitlines()[-1])
     assert cell("loss.last", "sft") == f"{last['loss']:.4f}"
     assert "8 of 12 (not finished)" in cell("steps", "rl")
-    if LM_EVAL:
-        general = json.loads((real_runs["general"] / SUMMARY).read_text())
-        exact = general["tasks"]["astra_arith"]["exact_match"]
-        assert 0 < exact < 1 and cell("tasks.astra_arith.exact_match", "general") == f"{exact:.4f}"
+    general = json.loads((real_runs["general"] / SUMMARY).read_text())
+    exact = general["tasks"]["astra_arith"]["exact_match"]
+    assert 0 < exact < 1 and cell("tasks.astra_arith.exact_match", "general") == f"{exact:.4f}"
 
     # Every chart drawn by plotly, with its traces in the SVG.
     page.evaluate("window.astraReport.drawAll()")
