@@ -306,3 +306,392 @@ def tasks(
     _summary(f"tasks → {out}", stats, rows)
     if not stats.questions:
         err_console.print("[yellow]warning:[/] no question was kept: see rejections.jsonl")
+
+
+# ------------------------------------------------------------------ decompose (environments)
+
+
+@synth_app.command("decompose")
+@cli_errors
+def decompose(
+    out: OutOpt,
+    domains: Annotated[
+        Path | None,
+        typer.Option(help="Domains: one name a line, or JSONL with name and description."),
+    ] = None,
+    taxonomy: Annotated[
+        Path | None, typer.Option(help="A JSON tree of domains and topics; its leaves are used.")
+    ] = None,
+    seeds: Annotated[
+        Path | None,
+        typer.Option(help="Seed questions to decompose: JSONL with question, answer?, domain?."),
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON.")] = None,
+    base_url: BaseUrlOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    temperature: TemperatureOpt = None,
+    per_domain: Annotated[int | None, typer.Option(help="Questions per domain (4).")] = None,
+    min_steps: Annotated[int | None, typer.Option(help="Sub-questions, at least (2).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Sub-questions, at most (6).")] = None,
+    min_score: Annotated[
+        list[str] | None,
+        typer.Option(help="Keep verify scores ≥ N: N for all four or NAME=N (repeatable; 3)."),
+    ] = None,
+    min_overall: Annotated[
+        float | None, typer.Option(help="Keep a mean of the four scores ≥ this (4.0).")
+    ] = None,
+    dedup_threshold: Annotated[
+        float | None, typer.Option(help="Main questions near-duplicate at this Jaccard (0.7).")
+    ] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="Teacher calls per question, retries included (3).")
+    ] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Questions at once (8).")] = None,
+    shard: ShardOpt = None,
+    overwrite: OverwriteOpt = False,
+    resume: ResumeOpt = False,
+) -> None:
+    """Domains / seed questions → OUT/decompositions.jsonl: per question a teacher-written
+    chain of 2-6 sub-questions with dependencies and short sub-answers, structurally checked
+    (cycles, unknown dependencies, duplicates, a final answer not derived from the last
+    steps), each step checked for tool necessity, and the whole verified (dependency,
+    atomicity, forced serialization, completeness: 1-5 each, overall their mean);
+    rejections.jsonl, stats.json (tokens, score distributions). Flags and
+    ASTRA_SYNTH_DECOMPOSE_* variables override --config.
+
+    Example: astra-train synth decompose --domains domains.txt --per-domain 20
+    --out synth/decompose --base-url http://127.0.0.1:8000/v1 --min-overall 4.25
+    """
+    import asyncio
+
+    from training.synth.envs.decompose import DecomposeConfig, parse_min_scores, synth_decompose
+
+    overrides = {
+        "out": out,
+        **{"domains": domains, "taxonomy": taxonomy, "seeds": seeds},
+        "model": model_overrides(base_url, model, api_key, temperature),
+        "min_scores": parse_min_scores(min_score) if min_score else None,
+        "teacher": {"max_attempts": max_attempts} if max_attempts else None,
+        "resume": resume or None,
+        "overwrite": overwrite or None,
+        **{"per_domain": per_domain, "min_steps": min_steps, "max_steps": max_steps},
+        **{"min_overall": min_overall, "dedup_threshold": dedup_threshold, "shard": shard},
+        "concurrency": concurrency,
+    }
+    cfg = load_config(DecomposeConfig, config, overrides, env_prefix="ASTRA_SYNTH_DECOMPOSE_")
+    with _bar("questions") as hook:
+        stats = asyncio.run(synth_decompose(cfg, hook))
+    rows: list[tuple[str, Any]] = [
+        ("questions asked", stats.units),
+        ("decompositions kept", stats.decompositions),
+        ("  with parallel steps", stats.with_parallel_steps),
+    ]
+    rows += [(f"  of {n} steps", k) for n, k in stats.steps.items()]
+    rows += [(f"{name}: mean judged / kept", f"{s.mean} / {s.kept_mean}")
+             for name, s in stats.scores.items()]  # fmt: skip
+    tokens = f"{stats.prompt_tokens:,} prompt + {stats.completion_tokens:,} completion"
+    rows.append(("teacher tokens", tokens))
+    _summary(f"decompose → {out}", stats, rows)
+    if not stats.decompositions:
+        err_console.print("[yellow]warning:[/] no decomposition was kept: see rejections.jsonl")
+
+
+# ------------------------------------------------------------------ interact, judge (tool chains)
+
+
+@synth_app.command("interact")
+@cli_errors
+def interact(
+    out: OutOpt,
+    tasks: Annotated[
+        list[Path] | None,
+        typer.Option(help="A `synth tasks` --out, or a tasks JSONL (repeatable: shards)."),
+    ] = None,
+    pool: Annotated[
+        list[Path] | None,
+        typer.Option(help="The `synth pool` --out of the tasks' tools (repeatable: shards)."),
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON.")] = None,
+    base_url: BaseUrlOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    temperature: TemperatureOpt = None,
+    mcp_config: Annotated[
+        Path | None, typer.Option(help="An mcpServers config: its servers' tools run live.")
+    ] = None,
+    simulate: Annotated[
+        bool | None, typer.Option(help="The teacher plays the tools that cannot run live.")
+    ] = None,
+    offer: Annotated[
+        str | None, typer.Option(help="Tools offered: servers (all of the chain's) or chain.")
+    ] = None,
+    failure_rate: Annotated[
+        float | None, typer.Option(help="Share of calls made to fail, seeded (0.2).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the injected failures (0).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Model calls per episode (16).")] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="Teacher calls per simulated result, retries included (3).")
+    ] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Episodes at once (8).")] = None,
+    shard: ShardOpt = None,
+    overwrite: OverwriteOpt = False,
+    resume: ResumeOpt = False,
+) -> None:
+    """Tasks → OUT/interactions.jsonl: per task one episode of the teacher as the agent, over
+    live MCP servers (--mcp-config) or tools the teacher plays (--simulate), with failures
+    injected; Trajectory records (SFT-ready) with the task, chain, environment and injected
+    failures in metadata; rejections.jsonl (limits, errors, no call, no chain tool called),
+    stats.json (calls, recoveries, tokens). Flags and ASTRA_SYNTH_INTERACT_* variables
+    override --config.
+
+    Example: astra-train synth interact --tasks synth/tasks --pool synth/pool --out
+    synth/interact --base-url http://127.0.0.1:8000/v1 --mcp-config mcp.json --simulate
+    --failure-rate 0.2 --concurrency 16
+    """
+    import asyncio
+
+    from training.synth.tools.interact import InteractConfig, synth_interact
+
+    overrides = {
+        "out": out,
+        "tasks": tasks,
+        "pool": pool,
+        "model": model_overrides(base_url, model, api_key, temperature),
+        "teacher": {"max_attempts": max_attempts} if max_attempts else None,
+        "resume": resume or None,
+        "overwrite": overwrite or None,
+        **{"mcp_config": mcp_config, "simulate": simulate, "offer": offer, "seed": seed},
+        **{"failure_rate": failure_rate, "max_steps": max_steps, "shard": shard},
+        "concurrency": concurrency,
+    }
+    cfg = load_config(InteractConfig, config, overrides, env_prefix="ASTRA_SYNTH_INTERACT_")
+    with _bar("tasks") as hook:
+        stats = asyncio.run(synth_interact(cfg, hook))
+    rows: list[tuple[str, Any]] = [("tasks", stats.tasks), ("trajectories", stats.trajectories)]
+    rows += [(f"  {kind}", n) for kind, n in stats.by_environment.items()]
+    rows += [("tool calls", stats.calls)]
+    rows += [(f"  {status}", n) for status, n in stats.by_status.items()]
+    rows += [("injected failures (recovered)", f"{stats.injected} ({stats.recovered})")]
+    tokens = f"{stats.prompt_tokens:,} prompt + {stats.completion_tokens:,} completion"
+    rows.append(("teacher tokens", tokens))
+    _summary(f"interact → {out}", stats, rows)
+    for name, why in stats.servers_failed.items():
+        err_console.print(f"[red]server {name!r} failed:[/] {why.splitlines()[0]}", highlight=False)
+    if not stats.trajectories:
+        err_console.print("[yellow]warning:[/] no trajectory was kept: see rejections.jsonl")
+
+
+@synth_app.command("judge")
+@cli_errors
+def judge(
+    out: OutOpt,
+    interactions: Annotated[
+        list[Path] | None,
+        typer.Option(help="A `synth interact` --out, or Trajectory JSONL (repeatable)."),
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON.")] = None,
+    base_url: BaseUrlOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    temperature: TemperatureOpt = None,
+    min_score: Annotated[
+        float | None, typer.Option(help="Keep an overall (mean of the seven) ≥ this (3.5).")
+    ] = None,
+    min_each: Annotated[
+        list[str] | None,
+        typer.Option(help="Keep each criterion ≥ N: N for all or NAME=N (repeatable; 2)."),
+    ] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="Teacher calls per trajectory, retries included (3).")
+    ] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Trajectories at once (8).")] = None,
+    shard: ShardOpt = None,
+    overwrite: OverwriteOpt = False,
+    resume: ResumeOpt = False,
+) -> None:
+    """Interactions → OUT/trajectories.jsonl: each trajectory scored 1-5 by the teacher on
+    call conciseness, answer relevance, answer faithfulness, call success, plan quality,
+    use of tool results and query understanding, kept above the thresholds, the scores in
+    metadata; ready for `astra-train data sft`. rejections.jsonl, stats.json (score
+    distributions, tokens). Flags and ASTRA_SYNTH_JUDGE_* variables override --config.
+
+    Example: astra-train synth judge --interactions synth/interact --out synth/judged
+    --base-url http://127.0.0.1:8000/v1 --min-score 4 --min-each call_success=3
+    """
+    import asyncio
+
+    from training.synth.tools.judge import JudgeConfig, parse_min_each, synth_judge
+
+    overrides = {
+        "out": out,
+        "interactions": interactions,
+        "model": model_overrides(base_url, model, api_key, temperature),
+        "min_each": parse_min_each(min_each) if min_each else None,
+        "teacher": {"max_attempts": max_attempts} if max_attempts else None,
+        "resume": resume or None,
+        "overwrite": overwrite or None,
+        **{"min_score": min_score, "shard": shard, "concurrency": concurrency},
+    }
+    cfg = load_config(JudgeConfig, config, overrides, env_prefix="ASTRA_SYNTH_JUDGE_")
+    with _bar("trajectories") as hook:
+        stats = asyncio.run(synth_judge(cfg, hook))
+    rows: list[tuple[str, Any]] = [
+        ("trajectories", stats.trajectories),
+        ("judged", stats.judged),
+        ("kept", stats.kept),
+    ]
+    rows += [(f"{name}: mean judged / kept", f"{s.mean} / {s.kept_mean}")
+             for name, s in stats.scores.items()]  # fmt: skip
+    tokens = f"{stats.prompt_tokens:,} prompt + {stats.completion_tokens:,} completion"
+    rows.append(("teacher tokens", tokens))
+    _summary(f"judge → {out}", stats, rows)
+    if not stats.kept:
+        err_console.print("[yellow]warning:[/] no trajectory was kept: see rejections.jsonl")
+
+
+# ------------------------------------------------------------------ env-code, arenas (environments)
+
+
+@synth_app.command("env-code")
+@cli_errors
+def env_code(
+    out: OutOpt,
+    decompositions: Annotated[
+        list[Path] | None,
+        typer.Option(help="A `synth decompose` --out, or a decompositions JSONL (repeatable)."),
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON.")] = None,
+    base_url: BaseUrlOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    temperature: TemperatureOpt = None,
+    max_retries: Annotated[
+        int | None, typer.Option(help="Sandbox rounds after the first, per tool (3).")
+    ] = None,
+    merge: Annotated[
+        str | None,
+        typer.Option(
+            help="Merge same-intent tools: teacher (rule, then teacher), "
+            "rule (identical schemas only) or off."
+        ),
+    ] = None,
+    probe: Annotated[
+        bool | None, typer.Option(help="Refuse tools that return the answer for any argument.")
+    ] = None,
+    call_timeout: Annotated[
+        float | None, typer.Option(help="Seconds a checked tool call may take (5).")
+    ] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="Teacher calls per question, JSON retries included (3).")
+    ] = None,
+    sandboxes: Annotated[int | None, typer.Option(help="Sandboxes at once (4).")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Records at once (8).")] = None,
+    shard: ShardOpt = None,
+    overwrite: OverwriteOpt = False,
+    resume: ResumeOpt = False,
+) -> None:
+    """Decompositions → OUT/envs.jsonl: per sub-question that needs a tool, a teacher-written
+    tool (schema, standard-library Python with its mock data, reference arguments), proven in
+    the bubblewrap sandbox (it compiles, loads, runs in time without network, processes or
+    writes, and its output holds the sub-answer), retried with the sandbox's message; then
+    same-intent tools merged and re-checked. rejections.jsonl, stats.json (rounds, merges,
+    tokens). Flags and ASTRA_SYNTH_ENV_CODE_* variables override --config.
+
+    Example: astra-train synth env-code --decompositions synth/decompose --out synth/envs
+    --base-url http://127.0.0.1:8000/v1 --max-retries 3 --concurrency 16
+    """
+    import asyncio
+
+    from training.synth.envs.code import EnvCodeConfig, synth_env_code
+
+    overrides = {
+        "out": out,
+        "decompositions": decompositions,
+        "model": model_overrides(base_url, model, api_key, temperature),
+        "teacher": {"max_attempts": max_attempts} if max_attempts else None,
+        "sandbox": {"wall_seconds_per_call": call_timeout} if call_timeout else None,
+        "resume": resume or None,
+        "overwrite": overwrite or None,
+        **{"max_retries": max_retries, "merge": merge, "probe": probe, "shard": shard},
+        **{"sandboxes": sandboxes, "concurrency": concurrency},
+    }
+    cfg = load_config(EnvCodeConfig, config, overrides, env_prefix="ASTRA_SYNTH_ENV_CODE_")
+    with _bar("records") as hook:
+        stats = asyncio.run(synth_env_code(cfg, hook))
+    rows: list[tuple[str, Any]] = [
+        ("decompositions", stats.decompositions),
+        ("environments kept", stats.environments),
+        ("reference calls", stats.tool_steps),
+        ("tools (after merging)", stats.tools),
+    ]
+    rows += [(f"  merged by {how}", n) for how, n in stats.merged.items()]
+    rows += [(f"tools proven in round {n}", k) for n, k in stats.rounds.items()]
+    tokens = f"{stats.prompt_tokens:,} prompt + {stats.completion_tokens:,} completion"
+    rows.append(("teacher tokens", tokens))
+    _summary(f"env-code → {out}", stats, rows)
+    if not stats.environments:
+        err_console.print("[yellow]warning:[/] no environment was kept: see rejections.jsonl")
+
+
+@synth_app.command("arenas")
+@cli_errors
+def arenas(
+    out: OutOpt,
+    envs: Annotated[
+        list[Path] | None,
+        typer.Option(help="A `synth env-code` --out, or an envs JSONL (repeatable: shards)."),
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON.")] = None,
+    near: Annotated[int | None, typer.Option(help="Distractors from the near band (2).")] = None,
+    far: Annotated[int | None, typer.Option(help="Distractors from the far band (1).")] = None,
+    near_pool: Annotated[
+        int | None, typer.Option(help="The near band: the N most similar other tools (10).")
+    ] = None,
+    far_ratio: Annotated[
+        float | None, typer.Option(help="The far band: BM25 score ≤ this × the best (0).")
+    ] = None,
+    heldout: Annotated[
+        float | None, typer.Option(help="Share of the records held out, by id (0.1).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the split and the draws (0).")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Records validated at once (4).")] = None,
+    shard: ShardOpt = None,
+    overwrite: OverwriteOpt = False,
+    resume: ResumeOpt = False,
+) -> None:
+    """Environments → ASTRA-RL arena records: each with distractors from other environments
+    of its split (BM25 near and far bands, seeded), validated in the sandbox as `astra-eval
+    arenas validate` does; OUT/train.jsonl, OUT/heldout.jsonl, OUT/arenas.jsonl (both),
+    rejections.jsonl, stats.json. Flags and ASTRA_SYNTH_ARENAS_* variables override --config.
+
+    Example: astra-train synth arenas --envs synth/envs --out synth/arenas --heldout 0.1
+    --near 2 --far 1 --seed 0 && astra-eval arenas validate synth/arenas/train.jsonl
+    """
+    import asyncio
+
+    from training.synth.envs.build import ArenaConfig, build_arenas
+
+    overrides = {
+        "out": out,
+        "envs": envs,
+        "resume": resume or None,
+        "overwrite": overwrite or None,
+        **{"near": near, "far": far, "near_pool": near_pool, "far_ratio": far_ratio},
+        **{"heldout": heldout, "seed": seed, "concurrency": concurrency, "shard": shard},
+    }
+    cfg = load_config(ArenaConfig, config, overrides, env_prefix="ASTRA_SYNTH_ARENAS_")
+    with _bar("records") as hook:
+        stats = asyncio.run(build_arenas(cfg, hook))
+    rows: list[tuple[str, Any]] = [
+        ("environments", stats.environments),
+        ("arena records", stats.records),
+        ("  train.jsonl", stats.train),
+        ("  heldout.jsonl", stats.heldout),
+    ]
+    rows += [(f"distractors, {band} band", n) for band, n in stats.distractors.items()]
+    rows.append(("records short of distractors", stats.short_of_distractors))
+    _summary(f"arenas → {out}", stats, rows)
+    if not stats.records:
+        err_console.print("[yellow]warning:[/] no arena record was kept: see rejections.jsonl")

@@ -159,6 +159,14 @@ def add_usage(into: Usage, ref: str, count: TokenCount) -> None:
     into.setdefault(ref, TokenCount()).add(count)
 
 
+def count_usage(ref: str, count: TokenCount) -> None:
+    """Add ``count`` to the usage :func:`track_usage` is collecting, if any: for model calls
+    made outside a :class:`Teacher` (the teacher acting as the agent of an episode)."""
+    current = _current.get()
+    if current is not None:
+        add_usage(current, ref, count)
+
+
 # ------------------------------------------------------------------ parsing a reply
 
 

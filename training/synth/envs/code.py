@@ -1,0 +1,416 @@
+"""Stage B.4–B.5, env-code: for each decomposed question, the tools of its environment,
+written by the teacher and proven in the sandbox, then merged.
+
+One unit is one :class:`~training.synth.envs.records.Decomposition`. For each sub-question
+that needs a tool (``needs_tool`` not false), concurrently, the teacher writes a tool
+(``prompts/env_code.v1.jinja``): an OpenAI function schema, a standard-library Python function
+of that name holding its mock data, and the reference arguments of the call that answers the
+sub-question (from the sub-question or the earlier answers it depends on). The tool is kept
+only when :func:`~training.synth.envs.sandboxed.check_tool` accepts it — it compiles, imports
+the standard library only, loads and runs in the bubblewrap sandbox within the limits, and
+the reference call's output contains the sub-answer (and, with ``probe``, other arguments'
+does not). Otherwise the teacher is asked again with the failure (the sandbox's message, or
+"does not contain the sub-answer"), at most ``max_retries`` more times; then the record is
+rejected with that failure's reason (one rejection per failing sub-question, id
+``<record>/<sub-question>``, the last reply kept). A reply that is not the requested JSON in
+``teacher.max_attempts`` tries rejects it as ``env_code:<problem>``; a record with no step
+that needs a tool as ``no_tool_step``.
+
+Then the tools are merged (:mod:`training.synth.envs.merge`, ``merge``: ``teacher`` — the
+rule, then the teacher's proposals; ``rule``; ``off``) and their names made unique. A merge
+that fails its checks is dropped (``merge_failed``, the record is kept).
+
+Output (``OUT``): ``envs.jsonl`` (:class:`EnvRecord`: the tools with their sources, the
+reference steps in dependency order with their outputs), ``rejections.jsonl``,
+``stats.json`` (:class:`EnvCodeStats`). ``astra-train synth arenas`` turns it into arena
+records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from astra_agent.model import ChatModel, ModelConfig
+from astra_agent.sandbox import SandboxLimits
+from training.synth.envs.merge import MERGE, Step, merge_by_rule, merge_by_teacher, unique_names
+from training.synth.envs.records import Decomposition, SubQuestion
+from training.synth.envs.sandboxed import (
+    NAME_PATTERN,
+    Call,
+    EnvTool,
+    Failure,
+    check_tool,
+    cut,
+    require_sandbox,
+)
+from training.synth.envs.scripted_code import scripted_reply
+from training.synth.stage import (
+    Progress,
+    Provenance,
+    Rejection,
+    Shard,
+    StageRun,
+    StageStats,
+    UnitOutcome,
+    code_version,
+    fingerprint,
+    input_files,
+    read_records,
+    read_stats,
+    run_units,
+    usage_totals,
+)
+from training.synth.teacher import (
+    Teacher,
+    TeacherConfig,
+    TeacherRejected,
+    TokenCount,
+    teacher_provenance,
+)
+
+__all__ = ["EnvCodeConfig", "EnvCodeStats", "EnvRecord", "scripted_reply", "synth_env_code"]
+
+STAGE = "env_code"
+ENVS_FILE = "envs.jsonl"
+ENV_CODE = "env_code"  # the prompt template
+PROMPTS = (ENV_CODE, MERGE)
+DECOMPOSE_STAGE = "decompose"
+DECOMPOSITIONS_FILE = "decompositions.jsonl"
+MergeMode = Literal["teacher", "rule", "off"]
+
+
+class ToolDraft(BaseModel):
+    """What the teacher returns for one sub-question."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = Field(min_length=1, max_length=2000)
+    parameters: dict[str, Any]
+    code: str = Field(min_length=1, max_length=60_000)
+    arguments: dict[str, Any]
+
+
+class EnvStep(BaseModel):
+    """One reference call: the sub-question, the tool and arguments that answer it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    subquestion: str
+    question: str
+    tool: str
+    arguments: dict[str, Any]
+    answer: str
+    output: str = ""  # what the tool returned in the sandbox (cut)
+
+
+class EnvRecord(BaseModel):
+    """The environment of one decomposed question."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str  # the decomposition's id
+    domain: str
+    question: str
+    answer: str
+    tools: list[EnvTool]
+    steps: list[EnvStep]  # the reference chain, in dependency order
+    reasoning: list[str] = Field(default_factory=list)  # sub-questions answered without a tool
+    provenance: Provenance | None = None
+
+
+class CheckLimits(SandboxLimits):
+    """The sandbox's limits while a tool is checked: a mock-data lookup that needs seconds is
+    broken, so the time limits are shorter than an episode's."""
+
+    wall_seconds_per_call: float = Field(5.0, gt=0)
+    load_seconds_per_tool: float = Field(5.0, gt=0)
+
+
+class EnvCodeConfig(BaseModel):
+    """``astra-train synth env-code``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decompositions: list[Path] = Field(
+        min_length=1, description="`synth decompose` outputs or decompositions JSONL files"
+    )
+    out: Path
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
+    max_retries: int = Field(3, ge=0, description="sandbox rounds after the first, per tool")
+    merge: MergeMode = "teacher"
+    probe: bool = Field(True, description="refuse tools that give the answer for any argument")
+    sandbox: CheckLimits = Field(default_factory=CheckLimits)
+    sandboxes: int = Field(4, ge=1, description="sandboxes running at once")
+    feedback_chars: int = Field(6000, ge=200, description="of the rejected attempt, sent back")
+    concurrency: int = Field(8, ge=1, description="records at once")
+    shard: str | None = Field(None, description="i/N: the records whose id hashes to i")
+    max_connection_failures: int = Field(5, ge=1)
+    resume: bool = False
+    overwrite: bool = False
+
+    @model_validator(mode="after")
+    def _shard(self) -> EnvCodeConfig:
+        Shard.parse(self.shard)
+        return self
+
+    def params(self) -> dict[str, Any]:
+        keep = {"max_retries", "merge", "probe", "sandbox", "feedback_chars", "shard"}
+        return self.model_dump(mode="json", include=keep)
+
+
+class EnvCodeStats(StageStats):
+    stage: str = STAGE
+    decompositions: int = 0
+    environments: int = 0
+    tool_steps: int = 0  # reference calls over the kept environments
+    tools: int = 0  # after merging
+    merged: dict[str, int] = Field(default_factory=dict)  # merges made, by "rule" / "teacher"
+    rounds: dict[str, int] = Field(default_factory=dict)  # sandbox rounds a kept tool took
+    teacher: dict[str, Any] = Field(default_factory=dict)
+    tokens: dict[str, TokenCount] = Field(default_factory=dict)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def read_decompositions(
+    paths: Sequence[Path],
+) -> tuple[list[Decomposition], list[Rejection], list[Path]]:
+    """The records of ``synth decompose`` directories (checked complete) or JSONL files, each
+    id once (a repeated one is rejected as ``duplicate_record``); and the files read."""
+    records: dict[str, Decomposition] = {}
+    rejected: list[Rejection] = []
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            read_stats(path, DECOMPOSE_STAGE)
+            path = path / DECOMPOSITIONS_FILE
+        files.append(path)
+        got, bad = read_records(path, Decomposition, STAGE)
+        rejected += bad
+        for line, d in got:
+            if d.id in records:
+                rejected.append(Rejection(stage=STAGE, source=f"{path}:{line}", id=d.id,
+                                          reason="duplicate_record"))  # fmt: skip
+            else:
+                records[d.id] = d
+    return list(records.values()), rejected, files
+
+
+# ------------------------------------------------------------------ the stage
+
+
+@dataclass
+class _Written:
+    tool: EnvTool
+    step: Step
+    rounds: int
+
+
+async def _gather(coros: Iterable[Any]) -> list[Any]:
+    """All of them, to the end; then the first exception (an endpoint failure) is raised."""
+    results = await asyncio.gather(*coros, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results
+
+
+class EnvCodeStage:
+    """The per-record work of the stage."""
+
+    def __init__(
+        self, cfg: EnvCodeConfig, teacher: Teacher, *, run_id: str, teacher_info: dict[str, Any]
+    ) -> None:
+        self.cfg, self.teacher = cfg, teacher
+        self.run_id, self.teacher_info = run_id, teacher_info
+        self.prompts = {name: teacher.prompt(name).ref for name in PROMPTS}
+        self.slots = asyncio.Semaphore(cfg.sandboxes)
+
+    async def check(self, tool: EnvTool, calls: Sequence[Call]) -> list[str] | Failure:
+        return await check_tool(
+            tool.name, tool.source, tool.parameters, calls,
+            limits=self.cfg.sandbox, probe=self.cfg.probe, slots=self.slots,
+        )  # fmt: skip
+
+    def _reject(self, d: Decomposition, rid: str, reason: str, detail: str, **kw: Any) -> Rejection:
+        return Rejection(stage=STAGE, source=d.id, id=rid, reason=reason, detail=detail, **kw)
+
+    async def process(self, key: str, d: Decomposition) -> UnitOutcome[EnvRecord]:
+        subs = [s for s in d.subquestions if s.needs_tool is not False]
+        if not subs:
+            why = "no sub-question needs a tool"
+            return UnitOutcome(rejections=[self._reject(d, d.id, "no_tool_step", why)])
+        answers = {s.id: s.answer for s in d.subquestions}
+        written = await _gather(
+            self._write(d, s, {dep: answers[dep] for dep in s.depends_on}) for s in subs
+        )
+        failed = [w for w in written if isinstance(w, Rejection)]
+        if failed:
+            return UnitOutcome(rejections=failed)
+        done: list[_Written] = written
+        tools, steps = [w.tool for w in done], [w.step for w in done]
+        rejections: list[Rejection] = []
+        notes: list[str] = []
+        rounds = 0
+        if self.cfg.merge != "off":
+            tools, notes = await merge_by_rule(tools, steps, self.check)
+        tools = unique_names(tools, steps)
+        if self.cfg.merge == "teacher" and len(tools) >= 2:
+            try:
+                outcome = await merge_by_teacher(
+                    self.teacher, tools, steps, self.check,
+                    rounds=self.cfg.max_retries + 1, feedback_chars=self.cfg.feedback_chars,
+                )  # fmt: skip
+            except TeacherRejected as exc:
+                rejections.append(self._reject(d, f"{d.id}:merge", exc.code, exc.detail,
+                                               raw=exc.raw_text))  # fmt: skip
+            else:
+                tools, steps, rounds = outcome.tools, outcome.steps, outcome.rounds
+                notes += outcome.failures
+        for note in notes:
+            rejections.append(self._reject(d, f"{d.id}:merge", "merge_failed", note))
+        record = self._record(d, tools, steps, {w.step.subquestion: w.rounds for w in done})
+        if record.provenance is not None:
+            record.provenance.detail["merge_rounds"] = rounds
+        return UnitOutcome([record], rejections)
+
+    async def _write(
+        self, d: Decomposition, sub: SubQuestion, inputs: dict[str, str]
+    ) -> _Written | Rejection:
+        """One tool for ``sub``: ask, check, ask again with the failure (bounded)."""
+        rounds = self.cfg.max_retries + 1
+        rid = f"{d.id}/{sub.id}"
+        sub_json = json.dumps(
+            {"id": sub.id, "question": sub.question, "answer": sub.answer,
+             "depends_on": sub.depends_on}, ensure_ascii=False,
+        )  # fmt: skip
+        previous = error = raw = ""
+        failure = Failure("no_answer", "not tried")
+        for n in range(1, rounds + 1):
+            try:
+                answer = await self.teacher.ask(
+                    ENV_CODE, ToolDraft, domain=d.domain, main_question=d.question, sub=sub,
+                    inputs=inputs, sub_json=sub_json,
+                    inputs_json=json.dumps(inputs, ensure_ascii=False),
+                    attempt=n, attempts=rounds, previous=previous, error=error,
+                )  # fmt: skip
+            except TeacherRejected as exc:
+                return self._reject(d, rid, exc.code, exc.detail, raw=exc.raw_text)
+            draft, raw = answer.value, answer.raw
+            tool = EnvTool(
+                name=draft.name,
+                description=draft.description,
+                parameters=draft.parameters,
+                source=draft.code,
+                serves=[sub.id],
+            )
+            step = Step(sub.id, sub.question, draft.name, draft.arguments, sub.answer)
+            result = await self.check(tool, [step.call()])
+            if not isinstance(result, Failure):
+                step.output = result[0]
+                return _Written(tool, step, n)
+            failure = result
+            previous = cut(draft.model_dump_json(), self.cfg.feedback_chars)
+            error = failure.message
+        detail = f"{sub.id}, after {rounds} tries: {failure.message}"
+        keep = self.teacher.config.keep_raw_chars
+        return self._reject(d, rid, failure.reason, detail, raw=cut(raw, keep))
+
+    def _record(
+        self, d: Decomposition, tools: list[EnvTool], steps: list[Step], rounds: dict[str, int]
+    ) -> EnvRecord:
+        return EnvRecord(
+            id=d.id,
+            domain=d.domain,
+            question=d.question,
+            answer=d.answer,
+            tools=tools,
+            steps=[
+                EnvStep(
+                    subquestion=s.subquestion,
+                    question=s.question,
+                    tool=s.tool,
+                    arguments=s.arguments,
+                    answer=s.answer,
+                    output=s.output,
+                )
+                for s in steps
+            ],
+            reasoning=[s.id for s in d.subquestions if s.needs_tool is False],
+            provenance=Provenance(
+                stage=STAGE,
+                run=self.run_id,
+                code_version=code_version(),
+                inputs=[d.id],
+                prompts=self.prompts,
+                teacher=self.teacher_info,
+                created=datetime.now(UTC).isoformat(timespec="seconds"),
+                detail={"rounds": rounds},
+            ),
+        )
+
+
+# ------------------------------------------------------------------ the run
+
+
+async def synth_env_code(cfg: EnvCodeConfig, progress: Progress | None = None) -> EnvCodeStats:
+    """Environments for the decompositions of ``cfg.decompositions`` (this shard's)."""
+    require_sandbox()
+    shard = Shard.parse(cfg.shard)
+    records, rejected, files = read_decompositions(cfg.decompositions)
+    selected = [d for d in records if shard.holds(d.id)]
+    inputs = input_files(files)
+    model = ChatModel(cfg.model, recover_calls=False)
+    try:
+        served = await model.check_model()
+        teacher = Teacher(model, cfg.teacher)
+        info = teacher_provenance(cfg.model, served)
+        params = {**cfg.params(), "teacher": info, **teacher.fingerprint(PROMPTS)}
+        run_id = fingerprint(STAGE, inputs, params)
+        run = StageRun(
+            cfg.out, stage=STAGE, output=ENVS_FILE, record_type=EnvRecord,
+            fingerprint=run_id, overwrite=cfg.overwrite, resume=cfg.resume,
+        )  # fmt: skip
+        if run.complete:
+            return EnvCodeStats.model_validate(run.stats)
+        resumed = len(run.units)
+        stage = EnvCodeStage(cfg, teacher, run_id=run_id, teacher_info=info)
+        await run_units(
+            run, [(d.id, d) for d in selected], stage.process, concurrency=cfg.concurrency,
+            max_connection_failures=cfg.max_connection_failures, progress=progress,
+        )  # fmt: skip
+    finally:
+        await model.close()
+    stats = EnvCodeStats(
+        fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params,
+        resumed_units=resumed, decompositions=len(selected), teacher=info,
+    )  # fmt: skip
+    order = [d.id for d in selected]
+    kept = [r for unit in order for r in run.records(unit)]
+    stats.environments = len(kept)
+    stats.tool_steps = sum(len(r.steps) for r in kept)
+    stats.tools = sum(len(r.tools) for r in kept)
+    for r in kept:
+        for t in r.tools:
+            if t.merged:
+                stats.merged[t.merged] = stats.merged.get(t.merged, 0) + 1
+        for n in (r.provenance.detail.get("rounds", {}) if r.provenance else {}).values():
+            stats.rounds[str(n)] = stats.rounds.get(str(n), 0) + 1
+    stats.rounds = dict(sorted(stats.rounds.items(), key=lambda kv: int(kv[0])))
+    stats.tokens = usage_totals(run)
+    stats.prompt_tokens = sum(t.prompt_tokens for t in stats.tokens.values())
+    stats.completion_tokens = sum(t.completion_tokens for t in stats.tokens.values())
+    return run.finish(stats, order, rejections=rejected)
