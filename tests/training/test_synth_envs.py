@@ -272,7 +272,9 @@ def test_end_to_end_decompositions_to_validated_arena_records(tmp_path: Path) ->
     path = write(tmp_path / "d.jsonl", _world())
     envs_dir, arenas_dir = tmp_path / "envs", tmp_path / "arenas"
     with scripted_teacher_server(ScriptedTeacher(), MODEL) as srv:
-        stats = asyncio.run(synth_env_code(env_config(path, envs_dir, srv.base_url)))
+        stats = asyncio.run(
+            synth_env_code(env_config(path, envs_dir, srv.base_url, merge="teacher"))
+        )
         merge_asks = len([p for p in asked(srv, "") if p.startswith("[astra-synth:merge.v1]")])
     envs = {r["id"]: r for r in read(envs_dir / "envs.jsonl")}
     assert set(envs) == {r.id for r in _world()} and stats.merged == {"rule": 1, "teacher": 1}

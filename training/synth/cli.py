@@ -574,7 +574,8 @@ def env_code(
         str | None,
         typer.Option(
             help="Merge same-intent tools: teacher (rule, then teacher), "
-            "rule (identical schemas only) or off."
+            "rule (identical schemas only) or off (default: the arena reward counts tools, "
+            "so a merged tool serving k sub-questions caps the best reward below 1)."
         ),
     ] = None,
     probe: Annotated[

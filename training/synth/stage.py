@@ -126,12 +126,14 @@ _CODE_VERSION: str | None = None
 
 
 def code_version() -> str:
-    """The package version and a digest of the stages' code (this module, ``synth/tools``)."""
+    """The package version and a digest of the stages' code (this module, ``synth/tools``,
+    ``synth/envs``)."""
     global _CODE_VERSION
     if _CODE_VERSION is None:
         h = hashlib.sha256()
         root = Path(__file__).parent
-        for path in [Path(__file__), *sorted((root / "tools").glob("*.py"))]:
+        stages = [*sorted((root / "tools").glob("*.py")), *sorted((root / "envs").glob("*.py"))]
+        for path in [Path(__file__), *stages]:
             h.update(path.relative_to(root).as_posix().encode())
             h.update(path.read_bytes())
         _CODE_VERSION = f"{version()}+synth.{h.hexdigest()[:10]}"

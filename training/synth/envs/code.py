@@ -147,7 +147,10 @@ class EnvCodeConfig(BaseModel):
     model: ModelConfig = Field(default_factory=ModelConfig)
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     max_retries: int = Field(3, ge=0, description="sandbox rounds after the first, per tool")
-    merge: MergeMode = "teacher"
+    # Off by default: the arena reward (ASTRA's) counts solved *tools*, so a merged tool that
+    # serves k sub-questions is one required tool but k calls, and a model that does everything
+    # right scores 2T/(T+S) < 1 (T tools, S reference calls). Merge for tool-pool realism only.
+    merge: MergeMode = Field("off", description="teacher (rule, then teacher), rule, or off")
     probe: bool = Field(True, description="refuse tools that give the answer for any argument")
     sandbox: CheckLimits = Field(default_factory=CheckLimits)
     sandboxes: int = Field(4, ge=1, description="sandboxes running at once")
