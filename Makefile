@@ -61,6 +61,8 @@ bench: setup
 	$(VENV)/bin/python bench/sandbox.py
 	$(VENV)/bin/python bench/rollout.py
 	$(VENV)/bin/python bench/sft.py
+	$(VENV)/bin/python bench/report.py
+	$(VENV)/bin/python bench/synth.py
 
 clean:
 	rm -rf $(VENV) $(SERVE) $(BFCL) .mcp-servers .pytest_cache

@@ -696,3 +696,158 @@ def arenas(
     _summary(f"arenas → {out}", stats, rows)
     if not stats.records:
         err_console.print("[yellow]warning:[/] no arena record was kept: see rejections.jsonl")
+
+
+# ------------------------------------------------------------------ confirm, check-chains (teacher)
+
+
+@synth_app.command("confirm")
+@cli_errors
+def confirm(
+    out: OutOpt,
+    graph: Annotated[
+        list[Path] | None,
+        typer.Option(help="A `synth graph` --out (repeatable: the shards of a graph)."),
+    ] = None,
+    pool: Annotated[
+        list[Path] | None,
+        typer.Option(help="The graph's `synth pool` --out (default: the pool its stats name)."),
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON.")] = None,
+    base_url: BaseUrlOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    temperature: TemperatureOpt = None,
+    batch: Annotated[int | None, typer.Option(help="Edges per teacher prompt (8).")] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="Teacher calls per batch, retries included (3).")
+    ] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Batches at once (4).")] = None,
+    shard: ShardOpt = None,
+    overwrite: OverwriteOpt = False,
+    resume: ResumeOpt = False,
+) -> None:
+    """Graph → a confirmed graph: the teacher reads the proposed edges in batches and says,
+    per edge, whether B really consumes what A returns (with a reason). OUT is a graph
+    directory for `synth chains --graph`: edges.jsonl with confirmed true/false and the
+    teacher's reason (chains walk only confirmed edges), nodes.jsonl, rejections.jsonl
+    (refused edges, unusable replies with their raw text), stats.json (tokens). Flags and
+    ASTRA_SYNTH_CONFIRM_* variables override --config.
+
+    Example: astra-train synth confirm --graph synth/graph --out synth/graph-confirmed
+    --base-url http://127.0.0.1:8000/v1 --model teacher --batch 8 && astra-train synth
+    chains --graph synth/graph-confirmed --count 1000 --out synth/chains
+    """
+    import asyncio
+
+    from training.synth.tools.confirm import ConfirmConfig, synth_confirm
+
+    overrides = {
+        "out": out,
+        "graph": graph,
+        "pool": pool,
+        "model": model_overrides(base_url, model, api_key, temperature),
+        "teacher": {"max_attempts": max_attempts} if max_attempts else None,
+        "resume": resume or None,
+        "overwrite": overwrite or None,
+        **{"batch": batch, "concurrency": concurrency, "shard": shard},
+    }
+    cfg = load_config(ConfirmConfig, config, overrides, env_prefix="ASTRA_SYNTH_CONFIRM_")
+    with _bar("batches") as hook:
+        stats = asyncio.run(synth_confirm(cfg, hook))
+    rows: list[tuple[str, Any]] = [
+        ("edges proposed", stats.proposed),
+        ("  confirmed", stats.confirmed),
+        ("  refused by the teacher", stats.refused),
+        ("  not judged", stats.unjudged),
+        ("batches (failed)", f"{stats.batches} ({stats.failed_batches})"),
+        ("tools without a confirmed edge", len(stats.isolated)),
+    ]
+    tokens = f"{stats.prompt_tokens:,} prompt + {stats.completion_tokens:,} completion"
+    rows.append(("teacher tokens", tokens))
+    _summary(f"confirm → {out}", stats, rows)
+    if stats.proposed and not stats.confirmed:
+        err_console.print("[yellow]warning:[/] no edge was confirmed: see rejections.jsonl")
+
+
+@synth_app.command("check-chains")
+@cli_errors
+def check_chains(
+    out: OutOpt,
+    chains: Annotated[
+        list[Path] | None,
+        typer.Option(help="A `synth chains` --out, or a chains JSONL (repeatable: shards)."),
+    ] = None,
+    pool: Annotated[
+        list[Path] | None,
+        typer.Option(help="The `synth pool` --out of the chains' tools (repeatable: shards)."),
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON.")] = None,
+    base_url: BaseUrlOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    temperature: TemperatureOpt = None,
+    votes: Annotated[
+        int | None, typer.Option(help="Teacher votes per chain, at --temperature (1).")
+    ] = None,
+    vote_threshold: Annotated[
+        float | None, typer.Option(help="Share of yes votes a chain needs (0.5).")
+    ] = None,
+    back_translate: Annotated[
+        bool | None, typer.Option(help="Request → tool sequence must give the chain back (on).")
+    ] = None,
+    max_offered: Annotated[
+        int | None, typer.Option(help="Tools offered to back-translate, distractors too (32).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the distractors' draw (0).")] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="Teacher calls per question, retries included (3).")
+    ] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Chains at once (8).")] = None,
+    shard: ShardOpt = None,
+    overwrite: OverwriteOpt = False,
+    resume: ResumeOpt = False,
+) -> None:
+    """Chains → checked chains: per chain a teacher vote (a sensible task a real user would
+    want?), then a back-translation (the teacher writes a request for the chain; a second
+    call sees only the request and the tools of the chain's servers, shuffled, and must name
+    the chain's tools in order: exact match). OUT is a chains directory for `synth tasks
+    --chains`; rejections.jsonl (vote_no, back_translation_mismatch with predicted and
+    expected, unusable replies with their raw text), stats.json (kept share, tokens). Flags
+    and ASTRA_SYNTH_CHECK_CHAINS_* variables override --config.
+
+    Example: astra-train synth check-chains --chains synth/chains --pool synth/pool --out
+    synth/chains-checked --base-url http://127.0.0.1:8000/v1 --model teacher && astra-train
+    synth tasks --chains synth/chains-checked --pool synth/pool --out synth/tasks
+    """
+    import asyncio
+
+    from training.synth.tools.chain_checks import CheckChainsConfig, synth_check_chains
+
+    overrides = {
+        "out": out,
+        "chains": chains,
+        "pool": pool,
+        "model": model_overrides(base_url, model, api_key, temperature),
+        "teacher": {"max_attempts": max_attempts} if max_attempts else None,
+        "resume": resume or None,
+        "overwrite": overwrite or None,
+        **{"votes": votes, "vote_threshold": vote_threshold, "back_translate": back_translate},
+        **{"max_offered": max_offered, "seed": seed, "concurrency": concurrency, "shard": shard},
+    }
+    cfg = load_config(CheckChainsConfig, config, overrides, env_prefix="ASTRA_SYNTH_CHECK_CHAINS_")
+    with _bar("chains") as hook:
+        stats = asyncio.run(synth_check_chains(cfg, hook))
+    share = f"{stats.kept_share:.0%}" if stats.kept_share is not None else "-"
+    rows: list[tuple[str, Any]] = [
+        ("chains checked", stats.checked),
+        ("  kept", f"{stats.kept} ({share})"),
+        ("  voted out", stats.voted_out),
+        ("  back-translation mismatch", stats.mismatched),
+        ("votes yes / no", f"{stats.votes_yes} / {stats.votes_no}"),
+    ]
+    tokens = f"{stats.prompt_tokens:,} prompt + {stats.completion_tokens:,} completion"
+    rows.append(("teacher tokens", tokens))
+    _summary(f"check-chains → {out}", stats, rows)
+    if stats.checked and not stats.kept:
+        err_console.print("[yellow]warning:[/] no chain was kept: see rejections.jsonl")

@@ -1,0 +1,514 @@
+"""Stage 2b, the teacher's confirmation of the tool graph: is "B can consume what A returns" so?
+
+``synth graph`` proposes edges from the schemas alone; here the teacher reads them in batches
+(``--batch``, 8 edges a prompt, ``prompts/edge_confirm.v1.jinja``: both tools' descriptions,
+parameters and returns, each edge's matched parameters and the proposer's reason) and answers
+one verdict per edge, ``{"edge": n, "consumes": bool, "reason": "…"}``. The judge plugs into
+:func:`~training.synth.tools.graph.confirm_edges`; a batch is one unit of the run (resumable,
+concurrent, its teacher tokens counted). A reply whose verdicts are not one per edge, numbered
+1..n (any order), is a schema error: asked again, at most ``max_attempts`` calls in all.
+
+Input: ``synth graph`` directories (the shards of one graph) and the pool the graph was built
+from (``--pool``; by default the pool files the graph's ``stats.json`` names, checked by their
+sha256). Output (``OUT``): a graph directory that ``synth chains --graph`` reads as it is —
+``edges.jsonl`` holds every input edge (this shard's) with ``confirmed`` true or false and
+``judge_reason`` (the teacher's reason; for an edge that was not judged, why), ``nodes.jsonl``
+(degrees over the confirmed edges), ``rejections.jsonl``: ``judge_no`` (the teacher's
+reason), ``edge_confirm:<problem>`` (no usable reply for the batch; raw kept),
+``unknown_tool`` (an edge's tool is not in the pool), ``judge_failed``, ``duplicate_edge``,
+``not_json`` / ``bad_record``; ``stats.json`` (:class:`ConfirmStats`, ``stage: graph`` so that
+later stages take the directory for a graph, ``check: confirm``). ``synth chains`` walks only
+the edges not marked ``confirmed: false``.
+
+The scripted teacher's rules for this stage's template and for ``chain_vote`` /
+``back_translate`` (:mod:`training.synth.tools.chain_checks`) live here: :func:`scripted_reply`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from astra_agent.errors import ConfigError, ServerError
+from astra_agent.model import ChatModel, ModelConfig
+from training.synth.stage import (
+    Progress,
+    Provenance,
+    Rejection,
+    Shard,
+    StageRun,
+    SynthError,
+    UnitOutcome,
+    code_version,
+    fingerprint,
+    input_files,
+    read_records,
+    read_stats,
+    run_units,
+    sha256_file,
+    usage_totals,
+)
+from training.synth.teacher import (
+    Teacher,
+    TeacherConfig,
+    TeacherRejected,
+    TokenCount,
+    teacher_provenance,
+)
+from training.synth.tools.graph import (
+    EDGES_FILE,
+    NODES_FILE,
+    EdgeQuestion,
+    GraphNode,
+    GraphStats,
+    ToolEdge,
+    Verdict,
+    confirm_edges,
+)
+from training.synth.tools.graph import STAGE as GRAPH_STAGE
+from training.synth.tools.pool import ToolRecord
+from training.synth.tools.tasks import read_tools
+
+STAGE = "confirm"
+CONFIRM = "edge_confirm"  # the prompt template
+SCHEMA_CHARS = 3_000  # of each tool's input schema (or output hint), shown
+
+
+# ------------------------------------------------------------------ what the teacher returns
+
+
+class EdgeVerdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    edge: int = Field(ge=1)
+    consumes: bool
+    reason: str = Field("", max_length=2000)
+
+
+class EdgeVerdicts(BaseModel):
+    """The reply for a batch; :func:`verdicts_schema` adds the check that it fits the batch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdicts: list[EdgeVerdict] = Field(max_length=1000)
+
+
+@cache
+def verdicts_schema(n: int) -> type[EdgeVerdicts]:
+    """:class:`EdgeVerdicts` for a batch of ``n`` edges: one verdict per edge, 1..n."""
+
+    class BatchVerdicts(EdgeVerdicts):
+        @model_validator(mode="after")
+        def _one_per_edge(self) -> BatchVerdicts:
+            got = sorted(v.edge for v in self.verdicts)
+            if got != list(range(1, n + 1)):
+                shown = ", ".join(map(str, got[:20])) or "none"
+                raise ValueError(
+                    f"give exactly one verdict per link, numbered 1 to {n} (got {shown})"
+                )
+            return self
+
+    BatchVerdicts.__name__ = BatchVerdicts.__qualname__ = f"EdgeVerdicts{n}"
+    return BatchVerdicts
+
+
+# ------------------------------------------------------------------ config, stats
+
+
+class ConfirmConfig(BaseModel):
+    """``astra-train synth confirm``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    graph: list[Path] = Field(min_length=1, description="`synth graph` outputs (shards)")
+    pool: list[Path] = Field(
+        default_factory=list, description="the graph's `synth pool` (default: from its stats)"
+    )
+    out: Path
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
+    batch: int = Field(8, ge=1, le=64, description="edges per prompt")
+    concurrency: int = Field(4, ge=1, description="batches at once")
+    shard: str | None = Field(None, description="i/N: the edges whose source hashes to i")
+    max_connection_failures: int = Field(5, ge=1)
+    resume: bool = False
+    overwrite: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> ConfirmConfig:
+        Shard.parse(self.shard)
+        return self
+
+    def params(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", include={"batch", "shard"})
+
+
+class ConfirmStats(GraphStats):
+    """``stats.json``: a graph's (over the confirmed edges) and the confirmation's counts."""
+
+    check: str = STAGE
+    pools: list[str] = Field(default_factory=list)  # the pool files the tools came from
+    proposed: int = 0  # edges read (this shard's)
+    confirmed: int = 0
+    refused: int = 0  # the teacher said no
+    unjudged: int = 0  # no usable verdict (failed batches, unknown tools)
+    batches: int = 0
+    failed_batches: int = 0
+    teacher: dict[str, Any] = Field(default_factory=dict)
+    tokens: dict[str, TokenCount] = Field(default_factory=dict)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+# ------------------------------------------------------------------ inputs
+
+
+@dataclass
+class GraphInput:
+    edges: list[tuple[str, ToolEdge]]  # (file:line, edge), each id once
+    nodes: dict[str, GraphNode]
+    rejected: list[Rejection]
+    files: list[Path]
+    pools: list[Path]  # the pool files the graphs' stats name
+
+
+def read_graph_dirs(dirs: Sequence[Path]) -> GraphInput:
+    """Edges and nodes of graph directories (``synth graph`` or ``synth confirm`` outputs)."""
+    got = GraphInput([], {}, [], [], [])
+    seen: set[str] = set()
+    for d in dirs:
+        stats = read_stats(d, GRAPH_STAGE)
+        named = stats.get("pools") or [i.get("path") for i in stats.get("inputs") or []]
+        got.pools += [Path(p) for p in named if isinstance(p, str)]
+        for name in (NODES_FILE, EDGES_FILE):
+            got.files.append(d / name)
+        nodes, bad = read_records(d / NODES_FILE, GraphNode, STAGE)
+        got.rejected += bad
+        for _, node in nodes:
+            got.nodes.setdefault(node.id, node)
+        edges, bad = read_records(d / EDGES_FILE, ToolEdge, STAGE)
+        got.rejected += bad
+        for line, edge in edges:
+            where = f"{d / EDGES_FILE}:{line}"
+            if edge.id in seen:
+                got.rejected.append(
+                    Rejection(stage=STAGE, source=where, id=edge.id, reason="duplicate_edge")
+                )
+            else:
+                seen.add(edge.id)
+                got.edges.append((where, edge))
+    return got
+
+
+def default_pools(graph: GraphInput, graphs: Sequence[Path]) -> list[Path]:
+    """The pool files the graphs were built from, unchanged since (else a ConfigError)."""
+    recorded: dict[str, Any] = {}
+    for d in graphs:
+        stats = read_stats(d, GRAPH_STAGE)
+        recorded |= {i["path"]: i.get("sha256") for i in stats.get("inputs") or []
+                     if isinstance(i, dict) and "path" in i}  # fmt: skip
+    out = []
+    for p in dict.fromkeys(graph.pools):
+        if not p.is_file() or (recorded.get(str(p)) not in (None, sha256_file(p))):
+            what = "changed since" if p.is_file() else "is not there"
+            raise ConfigError(
+                f"the graph was built from {p}, which {what}",
+                hint="pass the pool the graph was built from with --pool",
+            )
+        out.append(p)
+    if not out:
+        raise ConfigError("the graph's stats.json names no pool", hint="pass --pool")
+    return out
+
+
+def check_out(out: Path, inputs: Sequence[Path], flag: str) -> None:
+    resolved = out.resolve()
+    for p in inputs:
+        if p.resolve() == resolved:
+            raise ConfigError(f"--out {out} is also a {flag}", hint="write into another directory")
+
+
+def cut_text(text: str, limit: int = SCHEMA_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f" …[{len(text) - limit} chars cut]"
+
+
+def edge_view(questions: Sequence[EdgeQuestion]) -> dict[str, Any]:
+    """The prompt's variables for a batch: its tools (each once) and its numbered edges."""
+    tools: dict[str, ToolRecord] = {}
+    for q in questions:
+        tools.setdefault(q.source.id, q.source)
+        tools.setdefault(q.target.id, q.target)
+    shown = []
+    for t in tools.values():
+        returns = t.output_description or (json.dumps(t.output_schema) if t.output_schema else "")
+        shown.append({
+            "id": t.id,
+            "description": " ".join(t.description.split()) or "(no description)",
+            "parameters": cut_text(json.dumps(t.input_schema, ensure_ascii=False)),
+            "returns": cut_text(" ".join(returns.split())),
+        })  # fmt: skip
+    edges = [
+        {"n": n, "source": q.edge.source, "target": q.edge.target,
+         "params": list(dict.fromkeys(m.param for m in q.edge.matches)), "reason": q.edge.reason}
+        for n, q in enumerate(questions, start=1)
+    ]  # fmt: skip
+    return {"tools": shown, "edges": edges, "edges_json": json.dumps(edges, ensure_ascii=False)}
+
+
+# ------------------------------------------------------------------ the stage
+
+
+class ConfirmStage:
+    def __init__(
+        self,
+        teacher: Teacher,
+        tools: Mapping[str, ToolRecord],
+        *,
+        run_id: str,
+        teacher_info: dict[str, Any],
+    ) -> None:
+        self.teacher, self.tools, self.run_id, self.info = teacher, tools, run_id, teacher_info
+        self.ref = teacher.prompt(CONFIRM).ref
+
+    async def process(self, key: str, unit: list[tuple[str, ToolEdge]]) -> UnitOutcome[ToolEdge]:
+        trouble: list[BaseException] = []
+        replies: list[tuple[str, int]] = []  # (raw, attempts)
+
+        async def judge(batch: Sequence[EdgeQuestion]) -> list[Verdict]:
+            schema = verdicts_schema(len(batch))
+            try:
+                answer = await self.teacher.ask(CONFIRM, schema, **edge_view(batch))
+            except (TeacherRejected, ServerError) as exc:
+                trouble.append(exc)
+                raise
+            replies.append((answer.raw, answer.attempts))
+            ordered = sorted(answer.value.verdicts, key=lambda v: v.edge)
+            return [Verdict(v.consumes, v.reason) for v in ordered]
+
+        edges = [e for _, e in unit]
+        known = [e for e in edges if e.source in self.tools and e.target in self.tools]
+        got = await confirm_edges(known, self.tools, judge, batch_size=len(edges), concurrency=1)
+        failed = trouble[0] if trouble else None
+        if isinstance(failed, ServerError):
+            raise failed  # the endpoint, not the data: the batch stays undone for --resume
+        decided: dict[str, ToolEdge | Rejection] = {e.id: e for e in got.confirmed}
+        decided |= {r.id: self._rejection(r, failed) for r in got.rejected}
+        judged = {e.id for e in known}
+        for _, e in unit:
+            if e.id not in judged:
+                why = "a tool of the edge is not in the pool"
+                decided[e.id] = Rejection(
+                    stage=STAGE, source="", id=e.id, reason="unknown_tool", detail=why
+                )
+        attempts = replies[0][1] if replies else 0
+        records, rejections = [], []
+        for where, edge in unit:
+            d = decided[edge.id]
+            if isinstance(d, Rejection):
+                rejections.append(d.model_copy(update={"source": where}))
+                reason = d.detail if d.reason == "judge_no" else f"not judged ({d.reason})"
+                d = edge.model_copy(update={"confirmed": False, "judge_reason": reason})
+            records.append(self._record(d, key, attempts))
+        return UnitOutcome(records, rejections)
+
+    def _rejection(self, r: Rejection, failed: BaseException | None) -> Rejection:
+        """A teacher without a usable reply: its reason code and raw text, not graph's."""
+        if r.reason == "judge_failed" and isinstance(failed, TeacherRejected):
+            return r.model_copy(
+                update={"reason": failed.code, "detail": failed.detail, "raw": failed.raw_text}
+            )
+        return r
+
+    def _record(self, edge: ToolEdge, key: str, attempts: int) -> ToolEdge:
+        before = edge.provenance.model_dump(mode="json") if edge.provenance else None
+        return edge.model_copy(
+            update={
+                "provenance": Provenance(
+                    stage=STAGE,
+                    run=self.run_id,
+                    code_version=code_version(),
+                    inputs=[edge.id],
+                    prompts={CONFIRM: self.ref},
+                    teacher=self.info,
+                    created=datetime.now(UTC).isoformat(timespec="seconds"),
+                    detail={"batch": key, "attempts": attempts, "proposed": before},
+                )
+            }
+        )
+
+
+async def synth_confirm(cfg: ConfirmConfig, progress: Progress | None = None) -> ConfirmStats:
+    """The teacher's verdict on every edge of ``cfg.graph`` (this shard's) into ``cfg.out``."""
+    check_out(cfg.out, cfg.graph, "--graph")
+    shard = Shard.parse(cfg.shard)
+    graph = read_graph_dirs(cfg.graph)
+    pools = cfg.pool or default_pools(graph, cfg.graph)
+    tools, pool_files = read_tools(pools)
+    mine = sorted(
+        ((w, e) for w, e in graph.edges if shard.holds(e.source)),
+        key=lambda we: (we[1].source, we[1].target),
+    )
+    if not graph.nodes:
+        raise SynthError(f"no tool in the graph {', '.join(map(str, cfg.graph))}")
+    units = [(f"batch-{i // cfg.batch:06d}", mine[i : i + cfg.batch])
+             for i in range(0, len(mine), cfg.batch)]  # fmt: skip
+    inputs = input_files([*graph.files, *pool_files])
+    model = ChatModel(cfg.model, recover_calls=False)
+    try:
+        served = await model.check_model()
+        teacher = Teacher(model, cfg.teacher)
+        info = teacher_provenance(cfg.model, served)
+        params = {**cfg.params(), "teacher": info, **teacher.fingerprint((CONFIRM,))}
+        run_id = fingerprint(STAGE, inputs, params)
+        run = StageRun(
+            cfg.out, stage=GRAPH_STAGE, output=EDGES_FILE, record_type=ToolEdge,
+            fingerprint=run_id, overwrite=cfg.overwrite, resume=cfg.resume,
+            extra_outputs=(NODES_FILE,),
+        )  # fmt: skip
+        if run.complete:
+            return ConfirmStats.model_validate(run.stats)
+        resumed = len(run.units)
+        stage = ConfirmStage(teacher, tools, run_id=run_id, teacher_info=info)
+        await run_units(
+            run, units, stage.process, concurrency=cfg.concurrency,
+            max_connection_failures=cfg.max_connection_failures, progress=progress,
+        )  # fmt: skip
+    finally:
+        await model.close()
+    stats = ConfirmStats(
+        fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params,
+        resumed_units=resumed, teacher=info, pools=[str(p) for p in pool_files],
+        proposed=len(mine), batches=len(units),
+    )  # fmt: skip
+    order = [k for k, _ in units]
+    nodes = _count(stats, run, order, graph.nodes)
+    return run.finish(stats, order, rejections=graph.rejected, extra={NODES_FILE: nodes})
+
+
+def _count(
+    stats: ConfirmStats, run: StageRun[ToolEdge], order: Sequence[str], nodes: dict[str, GraphNode]
+) -> list[GraphNode]:
+    edges = [e for unit in order for e in run.records(unit)]
+    kept = [e for e in edges if e.confirmed]
+    rejected = [r for unit in order for r in run.units[unit].rejections]
+    stats.confirmed = stats.edges = len(kept)
+    stats.refused = sum(r.reason == "judge_no" for r in rejected)
+    stats.unjudged = len(edges) - stats.confirmed - stats.refused
+    stats.failed_batches = sum(
+        any(r.reason.startswith(f"{CONFIRM}:") or r.reason == "judge_failed"
+            for r in run.units[unit].rejections)
+        for unit in order
+    )  # fmt: skip
+    out = [n.model_copy(update={"in_degree": 0, "out_degree": 0}) for n in nodes.values()]
+    by_id = {n.id: n for n in out}
+    for e in kept:
+        if e.source in by_id and e.target in by_id:
+            by_id[e.source].out_degree += 1
+            by_id[e.target].in_degree += 1
+    stats.tools = len(out)
+    stats.cross_server = sum(not e.same_server for e in kept)
+    rules: dict[str, int] = {}
+    for e in kept:
+        rule = e.matches[0].rule if e.matches else "none"
+        rules[rule] = rules.get(rule, 0) + 1
+    stats.by_rule = dict(sorted(rules.items()))
+    stats.isolated = [n.id for n in out if not n.in_degree and not n.out_degree]
+    stats.tokens = usage_totals(run)
+    stats.prompt_tokens = sum(t.prompt_tokens for t in stats.tokens.values())
+    stats.completion_tokens = sum(t.completion_tokens for t in stats.tokens.values())
+    return out
+
+
+# ------------------------------------------------------------------ the scripted teacher
+
+EDGES_LINE = r"^Edges \(JSON, numbered\): (.*)$"
+OFFERED_LINE = r"^Tools offered \(JSON\): (.*)$"
+
+
+@dataclass(frozen=True)
+class ScriptedPlants:
+    """For tests: where the scripted teacher departs from its rules. ``refuse``: edges
+    (``A->B``, pool ids) it says no to; ``short``: edges whose batch gets one verdict too few
+    (every attempt); ``vote_no``: tool names, a chain holding one is voted out; ``garble``:
+    tool names, the vote on a chain holding one is of the wrong type (every attempt);
+    ``predict``: a back-translation answer (tool names) for a request containing the key."""
+
+    refuse: frozenset[str] = frozenset()
+    short: frozenset[str] = frozenset()
+    vote_no: frozenset[str] = frozenset()
+    garble: frozenset[str] = frozenset()
+    predict: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+
+PLANTS = ScriptedPlants()
+
+
+@contextlib.contextmanager
+def planted(plants: ScriptedPlants) -> Iterator[ScriptedPlants]:
+    """Answer with ``plants`` inside (the scripted server runs in this process's threads)."""
+    global PLANTS
+    before, PLANTS = PLANTS, plants
+    try:
+        yield plants
+    finally:
+        PLANTS = before
+
+
+def _json_line(pattern: str, text: str, default: str) -> Any:
+    from training.synth.scripted import _line
+
+    return json.loads(_line(re.compile(pattern, re.MULTILINE), text) or default)
+
+
+def scripted_reply(name: str, prompt_text: str) -> dict[str, Any]:
+    """The scripted teacher's rules (tests): every proposed edge consumes, every chain is
+    sensible, and a request is translated back by finding, in order of appearance, the first
+    clause of each offered tool's description (the clauses the scripted ``tasks`` rule writes
+    its questions from; of tools with the same clause, the first name in sorting order) —
+    except where :data:`PLANTS` says otherwise."""
+    from training.synth.scripted import CHAIN_LINE, REQUEST_LINE, _clause
+
+    plants = PLANTS
+    if name == CONFIRM:
+        edges = _json_line(EDGES_LINE, prompt_text, "[]")
+        verdicts = []
+        for e in edges:
+            eid = f"{e['source']}->{e['target']}"
+            ok = eid not in plants.refuse
+            why = "its result supplies " if ok else "planted: it does not supply "
+            verdicts.append({"edge": e["n"], "consumes": ok,
+                             "reason": why + ", ".join(e["params"])})  # fmt: skip
+        if any(f"{e['source']}->{e['target']}" in plants.short for e in edges):
+            verdicts = verdicts[:-1]
+        return {"verdicts": verdicts}
+    if name == "chain_vote":
+        tools = _json_line(CHAIN_LINE.pattern, prompt_text, "[]")
+        if any(t["name"] in plants.garble for t in tools):
+            return {"sensible": "perhaps", "reason": "planted"}
+        out = [t["name"] for t in tools if t["name"] in plants.vote_no]
+        if out:
+            return {"sensible": False, "reason": f"planted: {out[0]} does not belong"}
+        return {"sensible": True, "reason": "each step uses what the one before returns"}
+    if name == "back_translate":
+        question = _json_line(REQUEST_LINE.pattern, prompt_text, '""')
+        offered = _json_line(OFFERED_LINE, prompt_text, "[]")
+        for key, names in plants.predict.items():
+            if key in question:
+                return {"tools": list(names), "reason": "planted"}
+        low = question.lower()
+        found: dict[int, str] = {}
+        for t in sorted(offered, key=lambda t: t["name"]):
+            at = low.find(_clause(str(t.get("description") or "")).lower())
+            if at >= 0:
+                found.setdefault(at, t["name"])
+        return {"tools": [found[at] for at in sorted(found)], "reason": "found by rule"}
+    raise ValueError(f"no scripted rule for {name!r} here")
