@@ -15,8 +15,6 @@ from astra_agent.config import load_config
 from astra_agent.console import cli_errors, console, err_console
 from astra_agent.options import common_callback
 from training.data_cli import data_app
-from training.rl.config import RLConfig
-from training.sft.config import SFTConfig
 from training.synth.cli import synth_app
 
 app = typer.Typer(
@@ -89,6 +87,8 @@ def sft(
     Example: astra-train sft --config training/recipes/sft-tiny-cpu.yaml --output-dir runs/sft
     --max-steps 200
     """
+    from training.sft.config import SFTConfig
+
     cfg = load_config(
         SFTConfig,
         config,
@@ -177,6 +177,8 @@ def rl(
     Example: astra-train rl --config training/recipes/rl-tiny-cpu.yaml --model runs/sft-tiny/final
     --output-dir runs/rl --steps 20
     """
+    from training.rl.config import RLConfig
+
     cfg = load_config(
         RLConfig,
         config,

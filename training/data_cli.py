@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from pydantic import ValidationError
@@ -12,7 +12,9 @@ from rich.table import Table
 
 from astra_agent.console import cli_errors, console, err_console
 from astra_agent.errors import ConfigError
-from training.data import DataOptions, DataStats, build_sft_data, counter_table
+
+if TYPE_CHECKING:  # training.data imports transformers: loaded when the command runs
+    from training.data import DataStats
 
 data_app = typer.Typer(
     name="data",
@@ -29,6 +31,8 @@ def _group() -> None:
 
 
 def _summary(stats: DataStats, out: Path) -> Table:
+    from training.data import counter_table
+
     table = Table(title=f"SFT data → {out}", show_header=False)
     table.add_column("what")
     table.add_column("count", justify="right")
@@ -75,6 +79,8 @@ def sft(
     if overlong not in ("drop", "truncate"):
         raise typer.BadParameter("choose drop or truncate", param_hint="--overlong")
     mode: Literal["drop", "truncate"] = "truncate" if overlong == "truncate" else "drop"
+    from training.data import DataOptions, build_sft_data
+
     try:
         options = DataOptions(
             tokenizer=tokenizer,

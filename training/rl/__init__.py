@@ -7,17 +7,49 @@ Adaptive Batch Filling) is pure; rollouts are the one episode loop with a token-
 cluster (:mod:`training.rl.verl`).
 """
 
-from training.rl.config import RLConfig
-from training.rl.core import (
-    AdaptiveBatchFiller,
-    BatchFillingStalled,
-    Group,
-    group_advantages,
-    policy_loss,
-)
-from training.rl.generate import HFGenerator, Sample, Sampling, TokenGenerator
-from training.rl.policy import TokenPolicy
-from training.rl.rollout import Episode, RolloutSettings, rollout_episode, rollout_group
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Loaded on first use: the CLI reads RLConfig without paying for torch and transformers.
+_EXPORTS = {
+    "RLConfig": "training.rl.config",
+    "AdaptiveBatchFiller": "training.rl.core",
+    "BatchFillingStalled": "training.rl.core",
+    "Group": "training.rl.core",
+    "group_advantages": "training.rl.core",
+    "policy_loss": "training.rl.core",
+    "HFGenerator": "training.rl.generate",
+    "Sample": "training.rl.generate",
+    "Sampling": "training.rl.generate",
+    "TokenGenerator": "training.rl.generate",
+    "TokenPolicy": "training.rl.policy",
+    "Episode": "training.rl.rollout",
+    "RolloutSettings": "training.rl.rollout",
+    "rollout_episode": "training.rl.rollout",
+    "rollout_group": "training.rl.rollout",
+}
+
+if TYPE_CHECKING:
+    from training.rl.config import RLConfig
+    from training.rl.core import (
+        AdaptiveBatchFiller,
+        BatchFillingStalled,
+        Group,
+        group_advantages,
+        policy_loss,
+    )
+    from training.rl.generate import HFGenerator, Sample, Sampling, TokenGenerator
+    from training.rl.policy import TokenPolicy
+    from training.rl.rollout import Episode, RolloutSettings, rollout_episode, rollout_group
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+
 
 __all__ = [
     "AdaptiveBatchFiller",
