@@ -80,6 +80,11 @@ def test_resume_picks_the_newest_complete_checkpoint(tmp_path: Path) -> None:
     (tmp_path / "checkpoint-x").mkdir()
     assert last_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-4"
     assert last_complete_checkpoint(tmp_path / "absent") is None
+    # killed while the Trainer wrote trainer_state.json (in place): empty, or cut mid-JSON
+    for step, torn in ((8, ""), (9, '{"global_step": 9, "log_hi')):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(torn)
+    assert last_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-4"
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ last), ``metrics.jsonl`` (one line per logging step, each appended whole) and ``
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from training.sft.config import SFTConfig
 RUN_FILE = "astra-sft.json"
 METRICS_FILE = "metrics.jsonl"
 FINAL_DIR = "final"
+log = logging.getLogger(__name__)
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -104,7 +106,9 @@ def prepare_run_dir(cfg: Any, run_name: str = RUN_FILE, command: str = "astra-tr
 
 
 def last_complete_checkpoint(output_dir: Path) -> Path | None:
-    """The newest ``checkpoint-N`` that has its ``trainer_state.json`` (written last)."""
+    """The newest ``checkpoint-N`` whose ``trainer_state.json`` (written last) is whole. The
+    Trainer writes that file in place, so a ``kill -9`` while it is written leaves it torn:
+    such a checkpoint is skipped (with a warning) for the one before it."""
     if not output_dir.is_dir():
         return None
     found = []
@@ -112,7 +116,14 @@ def last_complete_checkpoint(output_dir: Path) -> Path | None:
         m = _CHECKPOINT.match(p.name)
         if m and p.is_dir() and (p / "trainer_state.json").is_file():
             found.append((int(m.group(1)), p))
-    return max(found)[1] if found else None
+    for _, p in sorted(found, reverse=True):
+        try:
+            checkpoint_step(p)
+        except CheckpointError:
+            log.warning("%s: trainer_state.json is torn (killed while saving?); skipped", p)
+            continue
+        return p
+    return None
 
 
 def checkpoint_step(checkpoint: Path) -> int:
