@@ -6,8 +6,8 @@ verl's PPO trainer cannot run here (GPUs, Ray, vLLM servers), so what is tested 
 piece verl calls, with verl's own classes around it: ``hydra.utils.instantiate`` of our
 ``agent_loops.yaml`` as verl's worker does it, verl's ``AgentLoopOutput.as_dict`` (what its
 TransferQueue path stores) and ``AgentLoopWorker.generate_sequences`` (padding, ``rm_scores``,
-``reward_extra_info`` in a ``DataProto``), verl's ``ReplayBuffer`` machinery under our sampler
-(over an in-memory stand-in for the TransferQueue, which needs a Ray cluster).
+``reward_extra_info`` in a ``DataProto``). Adaptive Batch Filling inside verl's real
+``ReplayBuffer`` over a real TransferQueue: ``test_rl_verl_abf.py``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from astra_agent.config import load_config
 from astra_agent.errors import ConfigError
 from astra_agent.sandbox import bwrap_available
 from training.rl.config import RLConfig
-from training.rl.core import BatchFillingStalled
 from training.rl.verl import (
     AGENT_NAME,
     VerlRLData,
@@ -44,7 +43,6 @@ from training.rl.verl import (
     run_verl,
     verl_row,
 )
-from training.rl.verl_abf import session_rewards
 from training.template import load_tokenizer
 
 from .conftest import ARENA_HELDOUT, ARENA_TRAIN
@@ -543,189 +541,6 @@ def test_resuming_into_a_run_of_another_config_is_refused(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="different config"):
         prepare_verl(make_cfg(tmp_path, learning_rate=1e-4))
     prepare_verl(make_cfg(tmp_path, learning_rate=1e-4, resume=False))
-
-
-# --------------------------------------------------------------------------- ABF in verl
-
-
-class FakeTQ:
-    """The TransferQueue calls verl's ReplayBuffer makes (kv_list, kv_batch_get, kv_clear),
-    in memory, with the tags and fields verl's agent-loop worker writes."""
-
-    def __init__(self) -> None:
-        self.tags: dict[str, dict[str, dict[str, Any]]] = {"train": {}, "val": {}}
-        self.fields: dict[str, dict[str, Any]] = {}
-
-    def kv_list(self, partition_id: str | None = None) -> dict[str, dict[str, dict[str, Any]]]:
-        return {p: dict(v) for p, v in self.tags.items() if partition_id in (None, p)}
-
-    def kv_clear(self, keys: list[str], partition_id: str) -> None:
-        for k in keys:
-            self.tags[partition_id].pop(k, None)
-            self.fields.pop(k, None)
-
-    def kv_batch_get(self, keys: list[str], partition_id: str, select_fields: list[str]) -> Any:
-        return {f: [self.fields[k][f] for k in keys] for f in select_fields}
-
-    def put_group(self, uid: str, rewards: list[float], step: int, status: str) -> None:
-        self.tags["train"][uid] = {"is_prompt": True, "status": status, "global_steps": step}
-        if status == "failure":
-            return
-        for s, r in enumerate(rewards):
-            key = f"{uid}_{s}_0"
-            self.tags["train"][key] = {"status": "success", "global_steps": step}
-            self.fields[key] = {"rm_scores": torch.tensor([0.0, 0.0, r])}
-
-
-class Trainer:
-    """What verl's sync trainer does around the sampler: submit a batch of prompts per step
-    (``prepare_step``), refill on demand (``refill_fn``), clear the batch after the update.
-    Each prompt's group rewards come from ``script`` in order; refilled ones start running."""
-
-    def __init__(self, tq: FakeTQ, script: list[list[float] | str], **abf: Any) -> None:
-        from omegaconf import OmegaConf
-        from verl.utils.import_utils import load_extern_type
-
-        self.tq, self.script, self.step, self.n = tq, list(script), 0, 0
-        self.refills: list[int] = []
-        cls = load_extern_type("pkg://training.rl.verl_abf", "AstraABFReplayBuffer")
-        options = {
-            "enabled": True,
-            "delta": 0.1,
-            "max_age": 1,
-            "max_flat_rounds": 3,
-            "oversample": 1.0,
-            **abf,
-        }
-        self.buffer = cls(
-            trainer_mode=abf.pop("trainer_mode", "sync"),
-            trainer_config=OmegaConf.create({}),
-            max_off_policy_threshold=8,
-            max_off_policy_strategy="drop",
-            sampler_kwargs=OmegaConf.create(options),
-            refill_fn=self.refill,
-        )
-        self.buffer._wait_for_next_poll = self._tick  # time passes: running groups finish
-
-    def _submit(self, n: int, status: str) -> None:
-        for _ in range(n):
-            item = self.script.pop(0)
-            failed = item == "failure"
-            rewards = [] if failed else item
-            self.tq.put_group(f"p{self.n}", rewards, self.step, "failure" if failed else status)  # type: ignore[arg-type]
-            self.n += 1
-
-    def refill(self, n: int) -> int:
-        self.refills.append(n)
-        self._submit(n, "running")
-        return n
-
-    def _tick(self, partition_id: str, last: float) -> float:
-        for tag in self.tq.tags[partition_id].values():
-            if tag.get("status") == "running":
-                tag["status"] = "finished"
-        return last
-
-    def train_step(self, batch_size: int, submit: int) -> tuple[list[str], dict[str, float]]:
-        self.step += 1
-        self._submit(submit, "finished")
-        meta, metrics = self.buffer.sample(
-            global_steps=self.step, partition_id="train", batch_size=batch_size
-        )
-        uids = sorted({k.split("_")[0] for k in meta.keys})
-        self.tq.kv_clear(list(meta.keys), "train")  # the trainer's cleanup after the update
-        return uids, metrics
-
-
-def _abf(metrics: dict[str, float], *names: str) -> tuple[float, ...]:
-    return tuple(metrics[f"training/abf/{n}"] for n in names)
-
-
-@pytest.fixture
-def tq(monkeypatch: pytest.MonkeyPatch) -> FakeTQ:
-    from verl.trainer.ppo.v1 import replay_buffer
-
-    fake = FakeTQ()
-    monkeypatch.setattr(replay_buffer, "tq", fake)
-    return fake
-
-
-def test_abf_drops_flat_groups_and_refills_until_the_batch_is_full(tq: FakeTQ) -> None:
-    flat, valid = [1.0, 1.0], [0.0, 1.0]
-    t = Trainer(tq, [flat, valid, [0.5, 0.5], valid, [0.0, 0.05], valid, valid])
-    uids, m = t.train_step(batch_size=3, submit=4)
-    # round 1: 4 prompts, 2 valid (std 0.025 ≤ δ=0.1 is flat too); refill 1, then 1 more
-    assert t.refills == [1, 1] and uids == ["p1", "p3", "p5"]
-    assert _abf(m, "sampled", "valid", "dropped_flat", "rounds") == (6, 3, 3, 3)
-    assert m["training/filter_groups/evicted_samples"] == 3
-    assert tq.tags["train"] == {}  # flat groups cleared at once, the batch after the update
-
-
-def test_abf_buffers_surplus_valid_groups_for_the_next_steps(tq: FakeTQ) -> None:
-    v = [0.0, 1.0]
-    t = Trainer(tq, [v, v, v, v, v, [1.0, 1.0], v], max_age=1)
-    uids, m = t.train_step(batch_size=2, submit=4)
-    assert uids == ["p0", "p1"] and _abf(m, "valid", "buffered", "from_buffer") == (4, 2, 0)
-    assert {"p2", "p3"} <= set(tq.tags["train"])  # surplus stays in verl's queue
-    uids, m = t.train_step(batch_size=2, submit=2)  # p4 valid, p5 flat
-    assert uids == ["p2", "p3"] and _abf(m, "from_buffer", "buffered", "dropped_flat") == (2, 1, 1)
-    assert t.refills == []
-    t.script = [[1.0, 1.0]]
-    uids, m = t.train_step(batch_size=1, submit=1)  # step 3: p4 (buffered at step 2) trains
-    assert uids == ["p4"] and _abf(m, "from_buffer") == (1,)
-
-
-def test_abf_clears_buffered_groups_older_than_max_age(tq: FakeTQ) -> None:
-    v = [0.0, 1.0]
-    t = Trainer(tq, [v, v, v, [1.0, 1.0], [1.0, 1.0], v], max_age=1)
-    t.train_step(batch_size=1, submit=3)  # step 1: p0 trains, p1 and p2 buffered
-    uids, m = t.train_step(batch_size=1, submit=1)  # step 2: p1 (age 1) trains, p2 stays
-    assert uids == ["p1"] and _abf(m, "dropped_stale", "buffered") == (0, 1)
-    uids, m = t.train_step(batch_size=1, submit=1)  # step 3: p2 is 2 steps old: dropped
-    assert _abf(m, "dropped_stale") == (1,) and uids == ["p5"] and "p2" not in tq.tags["train"]
-
-
-def test_abf_says_so_and_stops_when_no_group_varies(tq: FakeTQ) -> None:
-    t = Trainer(tq, [[1.0, 1.0]] * 10, max_flat_rounds=3)
-    with pytest.raises(BatchFillingStalled, match="3 rounds in a row"):
-        t.train_step(batch_size=2, submit=2)
-    assert t.refills == [2, 2] and not tq.tags["train"]  # every flat group cleared
-
-
-def test_abf_drops_failed_groups(tq: FakeTQ) -> None:
-    v = [0.0, 1.0]
-    t = Trainer(tq, ["failure", v, v])
-    uids, m = t.train_step(batch_size=2, submit=2)
-    assert (
-        uids == ["p1", "p2"] and _abf(m, "failed_groups") == (1,) and "p0" not in tq.tags["train"]
-    )
-
-
-def test_validation_and_abf_off_sample_as_verl_does(tq: FakeTQ) -> None:
-    t = Trainer(tq, [[1.0, 1.0], [1.0, 1.0]], enabled=False)
-    uids, m = t.train_step(batch_size=2, submit=2)
-    assert uids == ["p0", "p1"] and not any(k.startswith("training/abf") for k in m)
-
-
-def test_abf_refuses_async_trainer_modes(tq: FakeTQ) -> None:
-    with pytest.raises(ConfigError, match="sync trainer mode"):
-        Trainer(tq, [], trainer_mode="separate_async")
-
-
-def test_session_rewards_take_each_sessions_last_output() -> None:
-    keys = ["u1_1_0", "u1_0_0", "u1_0_1", "u2_0_0"]
-    assert session_rewards(keys, [0.3, 0.0, 0.9, 1.0]) == {"u1": [0.9, 0.3], "u2": [1.0]}
-
-
-def test_abf_metric_statistics_match_the_core_filler(tq: FakeTQ) -> None:
-    """The sampler's classification is the core's: population std of the group's rewards > δ."""
-    from training.rl.core import reward_std
-
-    group = [0.0, 0.0, 0.0, 0.3]
-    assert reward_std(group) > 0.1
-    t = Trainer(tq, [group], delta=0.1)
-    uids, m = t.train_step(batch_size=1, submit=1)
-    assert uids == ["p0"] and _abf(m, "mean_reward_sampled") == pytest.approx((0.075,))
 
 
 def test_reward_of_the_reference_chain_matches_arena_reward(task: Any) -> None:
