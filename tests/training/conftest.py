@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from eval.arenas import DATA_DIR
 from tests.training.e2e import SFTRun, run_sft
+from tests.training.verl_tq import local_transfer_queue
 from training.replay import replay_arenas
 
 ARENA_TRAIN = DATA_DIR / "train.jsonl"
@@ -48,3 +51,11 @@ def sft_tiny(arena_runs: dict[str, Path], tmp_path_factory: pytest.TempPathFacto
     tiny recipe, 1,000 steps, checkpoints every 250 kept): the SFT proof evaluates its final
     checkpoint, the RL proof starts from an intermediate one."""
     return run_sft(tmp_path_factory.mktemp("sft-tiny"), arena_runs["train"])
+
+
+@pytest.fixture(scope="session")
+def verl_ray() -> Iterator[Any]:
+    """A local Ray with TransferQueue on it (``verl_tq.local_transfer_queue``), shared by the
+    tests of verl's real components; yields the ``transfer_queue`` module."""
+    with local_transfer_queue() as tq:
+        yield tq

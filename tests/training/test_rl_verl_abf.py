@@ -24,15 +24,9 @@ from training.rl.core import BatchFillingStalled
 from training.rl.verl import build_overrides
 from training.rl.verl_abf import session_rewards
 
-from .verl_tq import VerlSide, clear_partitions, local_transfer_queue
+from .verl_tq import VerlSide, clear_partitions
 
 pytestmark = [pytest.mark.integration]
-
-
-@pytest.fixture(scope="module")
-def tq() -> Iterator[Any]:
-    with local_transfer_queue() as handle:
-        yield handle
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +54,8 @@ def _path(name: str) -> Any:
 
 
 @pytest.fixture
-def verl(tq: Any, sampler_cls: type) -> Iterator[Any]:
+def verl(verl_ray: Any, sampler_cls: type) -> Iterator[Any]:
+    tq = verl_ray
     sides: list[VerlSide] = []
 
     def make(script: list[Any], **abf: Any) -> VerlSide:

@@ -30,14 +30,15 @@ WORK_S = 0.05  # how long a worker takes per prompt
 
 @contextmanager
 def local_transfer_queue() -> Iterator[Any]:
-    """A local Ray with the logical CPUs TransferQueue's actors ask for (its controller and two
-    storage units take one each: on 2 cores a default Ray waits forever), and TransferQueue on
-    it; both shut down after."""
+    """A local Ray with more logical CPUs than the machine's 2 (TransferQueue's controller and
+    two storage units take one each, verl's agent-loop workers and our rollout-server actors
+    one each: with Ray's default of one per core they would wait forever), and TransferQueue
+    on it; both shut down after."""
     import ray
     import transfer_queue as tq
 
     ray.init(
-        num_cpus=4,
+        num_cpus=8,
         include_dashboard=False,
         log_to_driver=False,
         runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}},
