@@ -26,8 +26,12 @@ from astra_agent.arena import load_arena_file
 from training.rl.config import RLConfig
 from training.rl.core import group_advantages, policy_loss
 from training.rl.verl import compose_verl_config, prepare_verl
-from training.rl.verl_rollout import HTTPRolloutServer, sampling_of
-from training.rl.vllm_engine import RolloutServer
+from training.rl.verl_rollout import (
+    ROLLOUT_NAME,
+    HTTPServerAdapter,
+    register,
+    sampling_of,
+)
 from training.template import load_tokenizer
 
 from .conftest import ARENA_TRAIN
@@ -35,14 +39,12 @@ from .conftest import ARENA_TRAIN
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 GROUP = 2
-WORKERS = "actor_rollout_ref.rollout.agent.num_workers=1"
-
-
-@pytest.fixture(scope="module")
-def vllm(tiny_fp32: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RolloutServer]:
-    log = tmp_path_factory.mktemp("verl-rollout") / "vllm.log"
-    with RolloutServer(tiny_fp32, log_file=log) as server:
-        yield server
+OVERRIDES = [
+    "actor_rollout_ref.rollout.agent.num_workers=1",
+    f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",  # verl_rollout.register() adds it
+    "actor_rollout_ref.rollout.nnodes=1",  # standalone: one replica on its own "GPU"
+    "actor_rollout_ref.rollout.n_gpus_per_node=1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +59,7 @@ def job(tiny_fp32: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[RLCo
             "batch_groups": 1,
             "group_size": GROUP,
             "rollout": {"max_prompt_tokens": 4096, "max_response_tokens": 1024, "max_turns": 4},
-            "verl": {"gpus_per_node": 1, "overrides": [WORKERS]},
+            "verl": {"gpus_per_node": 1, "overrides": OVERRIDES},
         }
     )
     written = prepare_verl(cfg)
@@ -86,30 +88,39 @@ def _batch(composed: Any, tmp: Path) -> Any:
 
 
 @pytest.fixture(scope="module")
-def rollout(
-    verl_ray: Any, vllm: RolloutServer, job: tuple[RLConfig, Any], tmp_path_factory: Any
-) -> Any:
-    """verl's manager, workers, load balancer and client around our server actor; the batch
-    it returns and the actor (to count requests)."""
+def servers(verl_ray: Any, job: tuple[RLConfig, Any]) -> Iterator[Any]:
+    """verl's ``LLMServerManager`` with rollout ``astra_http``: one replica, whose server actor
+    runs the real vLLM on the job's model; its load balancer and client."""
+    import ray
+    from verl.workers.rollout.llm_server import LLMServerManager
+
+    register()
+    manager = LLMServerManager.create(config=job[1])
+    (replica,) = manager.get_replicas()
+    try:
+        yield manager
+    finally:
+        ray.get(replica.server_handle.shutdown.remote())
+        ray.kill(replica.server_handle)
+
+
+@pytest.fixture(scope="module")
+def rollout(servers: Any, job: tuple[RLConfig, Any], tmp_path_factory: Any) -> Iterator[Any]:
+    """verl's agent-loop manager and workers on that client; the batch they return."""
     import ray
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager
-    from verl.workers.rollout.llm_server import LLMServerClient
-    from verl.workers.rollout.router import get_router_handle
 
     _, composed = job
-    server = ray.remote(HTTPRolloutServer).remote(vllm.base_url)
-    balancer = get_router_handle(servers={vllm.base_url: server})
-    client = LLMServerClient(config=composed, load_balancer_handle=balancer)
-    manager = AgentLoopManager.create(config=composed, llm_client=client)
+    manager = AgentLoopManager.create(config=composed, llm_client=servers.get_client())
     batch = _batch(composed, tmp_path_factory.mktemp("verl-batch"))
     batch.meta_info.update(global_steps=1, validate=False)
     out = manager.generate_sequences(batch)
+    (replica,) = servers.get_replicas()
     try:
-        yield SimpleNamespace(out=out, server=server, composed=composed)
+        yield SimpleNamespace(out=out, server=replica.server_handle, composed=composed)
     finally:
         for worker in manager.agent_loop_workers:
             ray.kill(worker)
-        ray.kill(server)
 
 
 def _segments(mask: list[int]) -> list[tuple[int, int, int]]:
@@ -217,3 +228,40 @@ def test_verls_sampling_params_map_onto_ours_and_odd_ones_are_refused() -> None:
     ):
         with pytest.raises(ConfigError):
             sampling_of(bad)
+
+
+def test_the_trainers_weights_reach_the_rollout_server(
+    rollout: Any, servers: Any, random_fp32: Path, tiny_fp32: Path
+) -> None:
+    """What verl's sync trainer does after each update: the actor worker's rollout object gets
+    the new weights (HF names) and the server samples from them; then back again."""
+    import asyncio
+
+    import ray
+    from safetensors.torch import load_file
+
+    composed = rollout.composed.actor_rollout_ref
+    adapter = HTTPServerAdapter(
+        config=composed.rollout, model_config=composed.model, device_mesh=None
+    )
+    server = rollout.server
+    tok = load_tokenizer(tiny_fp32)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True
+    )
+    greedy = {"temperature": 0.0, "max_tokens": 12, "logprobs": True}
+
+    def reply() -> list[int]:
+        out = ray.get(server.generate.remote("r", prompt_ids=list(prompt), sampling_params=greedy))
+        return list(out.token_ids)
+
+    def weights(path: Path) -> Iterator[tuple[str, Any]]:
+        for shard in sorted(path.glob("*.safetensors")):
+            yield from load_file(shard).items()
+
+    scripted = reply()
+    asyncio.run(adapter.update_weights(weights(random_fp32)))
+    assert reply() != scripted
+    asyncio.run(adapter.update_weights(weights(tiny_fp32)))
+    assert reply() == scripted
+    assert ray.get(server.reload_count.remote()) == 2

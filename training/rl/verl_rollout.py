@@ -21,11 +21,17 @@ to do.
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
 from training.rl.generate import Sampling
-from training.rl.vllm_engine import VLLMGenerator
+from training.rl.vllm_engine import RolloutServer, VLLMGenerator
+
+ROLLOUT_NAME = "astra_http"
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +72,45 @@ def sampling_of(params: dict[str, Any]) -> Sampling:
 
 class HTTPRolloutServer:
     """A verl rollout-server actor (wrap it with ``ray.remote``) over the vLLM server at
-    ``base_url`` (its ``/v1`` root)."""
+    ``base_url`` (its ``/v1`` root), or, given ``checkpoint`` instead, over a vLLM server it
+    starts on that checkpoint (and stops with :meth:`shutdown`, or dies with)."""
 
-    def __init__(self, base_url: str, model: str | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str | None = None,
+        model: str | None = None,
+        *,
+        checkpoint: str | None = None,
+        log_file: str | None = None,
+    ) -> None:
+        self.owned: RolloutServer | None = None
+        if checkpoint is not None:
+            self.owned = RolloutServer(checkpoint, log_file=log_file).start()
+            base_url, model = self.owned.base_url, self.owned.config.served_model_name
+        if base_url is None:
+            raise ConfigError("HTTPRolloutServer needs base_url or checkpoint")
         self.base_url = base_url.rstrip("/")
         self.generator = VLLMGenerator(self.base_url, model=model)
         self.requests = 0
+        self.reloads = 0
+
+    def address(self) -> str:
+        return self.base_url
+
+    def load_weights(self, checkpoint: str) -> float:
+        """Serve ``checkpoint``'s weights from now on (see ``RolloutServer.load_weights``)."""
+        if self.owned is None:
+            raise ConfigError("this rollout server does not own its vLLM server")
+        seconds = self.owned.load_weights(checkpoint)
+        self.reloads += 1
+        return seconds
+
+    def reload_count(self) -> int:
+        return self.reloads
+
+    def shutdown(self) -> None:
+        if self.owned is not None:
+            self.owned.stop()
 
     async def generate(
         self,
@@ -115,3 +154,129 @@ class HTTPRolloutServer:
 
     def request_count(self) -> int:
         return self.requests
+
+
+# --------------------------------------------------------------------------- verl's trainer
+
+
+def server_actor_name(replica_rank: int) -> str:
+    return f"{ROLLOUT_NAME}_server_{replica_rank}"
+
+
+def model_path(model_config: Any) -> Path:
+    """The local checkpoint of verl's model config (an ``HFModelConfig`` or its DictConfig)."""
+    local = getattr(model_config, "local_path", None)
+    if local is None and hasattr(model_config, "get"):
+        local = model_config.get("local_path")
+    return Path(str(local or model_config.path))
+
+
+def write_weights(weights: Iterable[tuple[str, Any]], model_dir: Path, out: Path) -> Path:
+    """A checkpoint directory vLLM can reload: the model's config and tokenizer files from
+    ``model_dir``, the ``weights`` (HF names) as one float32 safetensors file."""
+    import torch
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in model_dir.iterdir():
+        if f.is_file() and not f.name.endswith((".safetensors", ".bin", ".index.json")):
+            shutil.copy2(f, out / f.name)
+    tensors = {name: t.detach().to("cpu", torch.float32).contiguous() for name, t in weights}
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+def _base_rollout() -> type:
+    from verl.workers.rollout.base import BaseRollout
+
+    return BaseRollout
+
+
+class HTTPServerAdapter(_base_rollout()):  # type: ignore[misc]
+    """verl's rollout object inside an actor worker, for rollout ``astra_http`` (see the module
+    docstring): weights go to the replica's :class:`HTTPRolloutServer` through a checkpoint
+    directory; rank 0 of each replica writes and triggers the reload."""
+
+    def __init__(self, config: Any, model_config: Any, device_mesh: Any, **kwargs: Any) -> None:
+        super().__init__(config, model_config, device_mesh, **kwargs)
+        import torch.distributed as dist
+
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        size = self.config.tensor_model_parallel_size * self.config.data_parallel_size
+        self.replica_rank, self.is_leader = rank // size, rank % size == 0
+        self.model_dir = model_path(self.model_config)
+
+    async def resume(self, tags: list[str]) -> None:
+        """Nothing to resume: the server process keeps its memory."""
+
+    async def release(self) -> None:
+        """Nothing to release (see :meth:`resume`)."""
+
+    async def update_weights(
+        self, weights: Any, wire_format: str = "named_tensors", **kwargs: Any
+    ) -> None:
+        import ray
+
+        if wire_format != "named_tensors":
+            raise ConfigError(f"rollout {ROLLOUT_NAME} takes full tensors, not {wire_format}")
+        if not self.is_leader:
+            for _ in weights:  # every rank walks the generator: FSDP gathers collectively
+                pass
+            return
+        tmp = Path(tempfile.mkdtemp(prefix="astra-weights-"))
+        try:
+            write_weights(weights, self.model_dir, tmp)
+            server = ray.get_actor(server_actor_name(self.replica_rank))
+            seconds = await server.load_weights.remote(str(tmp))
+            log.info("rollout weights reloaded in %.2f s", seconds)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _replica_base() -> type:
+    from verl.workers.rollout.replica import RolloutReplica
+
+    return RolloutReplica
+
+
+class HTTPRolloutReplica(_replica_base()):  # type: ignore[misc]
+    """verl's rollout replica for ``astra_http``: one :class:`HTTPRolloutServer` actor that
+    owns a vLLM server on the model's checkpoint (hybrid and standalone modes alike: the
+    server is its own process, whatever verl's placement)."""
+
+    async def launch_servers(self) -> None:
+        import ray
+
+        log_dir = Path(tempfile.gettempdir()) / "astra-vllm-logs"
+        log_dir.mkdir(exist_ok=True)
+        actor = (
+            ray.remote(HTTPRolloutServer)
+            .options(
+                name=server_actor_name(self.replica_rank),
+                num_cpus=0,
+                max_concurrency=self.max_concurrency,
+            )
+            .remote(
+                checkpoint=str(model_path(self.model_config)),
+                log_file=str(log_dir / f"vllm-replica-{self.replica_rank}.log"),
+            )
+        )
+        self._server_address = await actor.address.remote()
+        self._server_handle = actor
+        self.servers = [actor]
+
+    async def init_standalone(self) -> None:
+        from verl.workers.rollout.replica import RolloutMode
+
+        self.rollout_mode = RolloutMode.STANDALONE
+        await self.launch_servers()
+
+
+def register() -> None:
+    """Make rollout ``astra_http`` known to verl (idempotent; every verl process that builds
+    replicas or workers must run it: the CPU plugin does)."""
+    from verl.workers.rollout import base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{__name__}.HTTPServerAdapter"
+    RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: HTTPRolloutReplica)
