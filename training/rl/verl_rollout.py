@@ -249,7 +249,7 @@ class HTTPRolloutReplica(_replica_base()):  # type: ignore[misc]
 
         log_dir = Path(tempfile.gettempdir()) / "astra-vllm-logs"
         log_dir.mkdir(exist_ok=True)
-        actor = (
+        actor: Any = (
             ray.remote(HTTPRolloutServer)
             .options(
                 name=server_actor_name(self.replica_rank),

@@ -39,6 +39,11 @@ class VerlOptions(BaseModel):
     ray_address: str = "http://127.0.0.1:8265"
     strategy: Literal["fsdp", "fsdp2"] = "fsdp2"
     ulysses_sequence_parallel_size: int = Field(1, ge=1)
+    device: Literal["cuda", "cpu"] = Field(
+        "cuda",
+        description="cpu: CPU tests and CI only (torchrun, verl's CPU platform from "
+        "training.verl_cpu); never on a machine with GPUs",
+    )
     run: bool = Field(False, description="run the launch line (else only write it)")
     overrides: list[str] = Field(
         default_factory=list, description="extra verl Hydra overrides, key=value"

@@ -12,11 +12,12 @@ The data reach verl through ``data.custom_cls`` = ``training.sft.verl_dataset.As
 it tokenizes our parquet with our training template and mask, so verl trains exactly the tokens
 TRL trains. verl's own ``MultiTurnSFTDataset`` cannot (see verl_dataset.py).
 
-verl's trainer does not run on CPU, and nothing here tries to make it: its training engine is
-registered for ``device=["cuda", "npu"]`` only, it initialises the process group with nccl and
-calls ``set_device``. On CPU we test the generated config against verl's schema and the data
-path through verl's own ``create_sft_dataset`` and collator; ``run: true`` without GPUs fails
-up front.
+verl's trainer does not run on CPU as shipped (its training engine is registered for
+``device=["cuda", "npu"]`` only, it initialises the process group with nccl and calls
+``set_device``). ``verl.device: cpu`` (CPU tests and CI only, one node, torchrun) adds the
+overrides and the environment of ``training.verl_cpu``, a verl platform plugin that makes it
+run there; ``run: true`` with ``device: cuda`` and no GPUs, or ``device: cpu`` on a machine with
+GPUs, fails up front.
 """
 
 from __future__ import annotations
@@ -134,6 +135,12 @@ def _check_parallelism(cfg: SFTConfig) -> None:
             f"verl.nnodes={v.nnodes} needs the Ray launcher",
             hint="set verl.launcher: ray and verl.ray_address to the cluster's dashboard",
         )
+    if v.device == "cpu" and v.launcher != "torchrun":
+        raise ConfigError(
+            "verl.device: cpu runs with the torchrun launcher only",
+            hint="verl's Ray trainers count GPUs for their resource pool; set verl.launcher: "
+            "torchrun",
+        )
     if cfg.lr_scheduler not in SCHEDULERS:
         raise ConfigError(
             f"lr_scheduler {cfg.lr_scheduler!r} is not implemented by verl's FSDP engine",
@@ -185,8 +192,15 @@ def verl_overrides(cfg: SFTConfig) -> list[str]:
         f"trainer.logger={_loggers(cfg)}",
         f"trainer.nnodes={v.nnodes}",
         f"trainer.n_gpus_per_node={v.gpus_per_node}",
+        *(_cpu_overrides() if v.device == "cpu" else []),
         *v.overrides,
     ]
+
+
+def _cpu_overrides() -> list[str]:
+    from training.verl_cpu import cpu_overrides
+
+    return cpu_overrides()
 
 
 # --------------------------------------------------------------------------- validation
@@ -272,6 +286,10 @@ def launch_command(cfg: SFTConfig, overrides: Sequence[str], env: dict[str, str]
 
 def launch_env(cfg: SFTConfig, workdir: Path) -> dict[str, str]:
     env = {"VERL_FILE_LOGGER_PATH": str(workdir / "metrics.jsonl")}
+    if cfg.verl.device == "cpu":
+        from training.verl_cpu import cpu_env
+
+        env.update(cpu_env())
     if "tensorboard" in cfg.report_to:
         env["TENSORBOARD_DIR"] = str(Path(cfg.output_dir).absolute() / "tensorboard")
     return env
@@ -301,12 +319,17 @@ def _check_can_run(cfg: SFTConfig) -> None:
     import torch
 
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if have < v.gpus_per_node:
+    if v.device == "cpu" and have:
+        raise ConfigError(
+            f"verl.device: cpu is for CPU tests and CI, and this machine has {have} CUDA GPU(s)",
+            hint="set verl.device: cuda",
+        )
+    if v.device == "cuda" and have < v.gpus_per_node:
         raise ConfigError(
             f"verl.run needs {v.gpus_per_node} CUDA GPU(s) here, found {have}: verl's SFT "
             "trainer runs on cuda/npu only (its engine, nccl)",
             hint="set verl.run: false to only write the config and launch.sh, or use "
-            "backend: trl on this machine",
+            "backend: trl on this machine (or verl.device: cpu, for tests)",
         )
     if shutil.which("torchrun") is None:
         raise ConfigError("verl.run needs `torchrun` on PATH (torch's launcher)")
@@ -380,9 +403,10 @@ def prepare_verl(cfg: SFTConfig) -> VerlJob:
     )
 
 
-def stream(script: Path, echo: Callable[[str], None]) -> int:
+def stream(script: Path, echo: Callable[[str], None], cwd: Path | None = None) -> int:
     with subprocess.Popen(
         ["bash", str(script)],
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -400,7 +424,9 @@ def run_verl(cfg: SFTConfig, *, echo: Callable[[str], None] | None = None) -> Ve
     log.info("verl job written to %s (launch: %s)", job.workdir, job.launch_script)
     if not cfg.verl.run:
         return job
-    rc = stream(job.launch_script, echo or (lambda s: print(s, file=sys.stderr, flush=True)))
+    # cwd: Hydra (verl's entry point) writes its outputs/DATE/TIME/ logs into the cwd
+    echo = echo or (lambda s: print(s, file=sys.stderr, flush=True))
+    rc = stream(job.launch_script, echo, cwd=job.workdir)
     if rc != 0:
         raise AstraError(
             f"verl's SFT trainer exited with status {rc}",
