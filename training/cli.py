@@ -204,6 +204,8 @@ def rl(
         console.print(f"verl config: {job.config_file} (overrides: {job.overrides_file})")
         if not job.ran:
             console.print(f"launch it with: bash {job.launch_script}   (or set verl.run: true)")
+        elif job.final:
+            console.print(f"converted for serving: {job.final}")
         return
     from training.rl.trl import run_trl
 

@@ -15,8 +15,9 @@ registers (:func:`cpu_env` gives both). With the platform selected, importing it
 * registers verl's ``FSDPEngineWithLMHead`` for device ``cpu`` too (verl picks the engine by the
   platform's device name);
 * makes two small patches, each one module attribute, where registration cannot help:
-  ``verl.utils.distributed.initialize_global_process_group`` (verl asks torch for the backend
-  ``cpu:gloo,{device}:{backend}``, i.e. ``cpu:gloo,cpu:gloo``, which torch refuses) and the TRL
+  ``torch.distributed.init_process_group`` reads the backend ``cpu:gloo,cpu:gloo`` (what verl
+  asks for, ``cpu:gloo,{device}:{backend}``, on this platform; torch refuses it) as ``gloo``,
+  and the TRL
   probe of ``verl.models.transformers.monkey_patch`` (verl imports TRL's value-head class, gone
   from TRL 1.16, whenever TRL is installed — not a CPU matter: see :func:`_patch_trl_probe`).
 
@@ -36,7 +37,6 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
@@ -72,6 +72,37 @@ def cpu_overrides() -> list[str]:
         "+engine.mixed_precision.reduce_dtype=fp32",
         "+engine.mixed_precision.buffer_dtype=fp32",
         "data.num_workers=0",
+    ]
+
+
+def rl_cpu_overrides(processes: int) -> list[str]:
+    """The Hydra overrides ``verl.trainer.main_ppo`` needs on CPU (after ours), ``processes``
+    being the actor's (``trainer.n_gpus_per_node``):
+
+    * the actor as :func:`cpu_overrides` has it for SFT: ``trainer.device=cpu``, sdpa attention,
+      float32 compute; no ``torch.compile`` (minutes of compiling for seconds of training);
+    * rollout ``astra_http`` (``training.rl.verl_rollout``): a vLLM-CPU server process per
+      replica, weights reloaded after every update;
+    * one agent-loop worker, one reward worker, one TransferQueue storage unit, no dataloader
+      processes (verl's defaults: 8 each, on a 2-core runner);
+    * Ray started with ``processes`` logical GPUs (verl's resource pools count only GPUs: these
+      are the actor's CPU processes) and enough logical CPUs for verl's and TransferQueue's
+      actors to be placed (on 2 cores, Ray's default of one each would wait forever).
+    """
+    a = "actor_rollout_ref"
+    return [
+        "trainer.device=cpu",
+        f"{a}.actor.fsdp_config.dtype=float32",
+        f"{a}.actor.fsdp_config.use_torch_compile=false",
+        f"+{a}.model.override_config.attn_implementation=sdpa",
+        f"{a}.rollout.name=astra_http",
+        f"{a}.rollout.agent.num_workers=1",
+        "reward.num_workers=1",
+        "data.dataloader_num_workers=0",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "ray_kwargs.ray_init.num_cpus=16",
+        f"+ray_kwargs.ray_init.num_gpus={processes}",
+        "+ray_kwargs.ray_init.include_dashboard=false",
     ]
 
 
@@ -186,10 +217,10 @@ class PlatformCPU(PlatformBase):
         return None
 
     def ray_resource_name(self) -> str:
-        return "CPU"
-
-    def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
-        return {"num_cpus": num_gpus}
+        # verl's Ray trainers place their workers on "GPU" bundles and count only GPU/NPU
+        # resources (ResourcePoolManager): Ray is started with that many logical GPUs
+        # (ray_kwargs.ray_init.num_gpus, see rl_cpu_overrides), which are CPU processes here
+        return "GPU"
 
     def ray_noset_envvars(self) -> list[str]:
         return []
@@ -218,6 +249,15 @@ def register() -> None:
     _register_engine()
     _patch_process_group_init()
     _patch_trl_probe()
+    _register_rollout()
+
+
+def _register_rollout() -> None:
+    """Rollout ``astra_http`` (``training.rl.verl_rollout``): verl's rollout replica and
+    worker-side rollout over a vLLM-CPU server process, with weight reloads after each step."""
+    from training.rl.verl_rollout import register as register_rollout
+
+    register_rollout()
 
 
 def _register_engine() -> None:
@@ -233,24 +273,32 @@ def _register_engine() -> None:
         )(FSDPEngineWithLMHead)
 
 
-def _init_gloo_process_group(timeout_second: int = 36000) -> tuple[int, int, int]:
-    """verl's ``initialize_global_process_group`` with the backend ``gloo``."""
-    torch.distributed.init_process_group(
-        backend="gloo",
-        timeout=timedelta(seconds=timeout_second),
-        init_method=os.environ.get("DIST_INIT_METHOD"),
-    )
-    return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+_DUPLICATE_GLOO = "cpu:gloo,cpu:gloo"
 
 
 def _patch_process_group_init() -> None:
-    """Patch 1. verl's ``initialize_global_process_group`` asks torch for the backend
-    ``cpu:gloo,{device}:{backend}`` = ``cpu:gloo,cpu:gloo``, and torch refuses a device named
-    twice; no platform property avoids it. ``run_sft`` imports the function when it runs, so
-    replacing the module attribute is enough."""
-    import verl.utils.distributed as verl_distributed
+    """Patch 1. verl builds its process-group backend as ``cpu:gloo,{device}:{backend}``
+    (``verl.utils.distributed``: the torchrun SFT trainer's and the Ray workers' start-up), which
+    on this platform is ``cpu:gloo,cpu:gloo``, and torch refuses a device named twice; no
+    platform property avoids it, and verl's modules import those functions by name. So
+    ``torch.distributed.init_process_group`` gets a thin wrapper that reads exactly that string
+    as ``gloo``; any other backend passes through unchanged."""
+    import torch.distributed as dist
 
-    verl_distributed.initialize_global_process_group = _init_gloo_process_group
+    original = dist.init_process_group
+    if getattr(original, "_astra_cpu", False):
+        return
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("backend") == _DUPLICATE_GLOO:
+            kwargs["backend"] = "gloo"
+        elif args and args[0] == _DUPLICATE_GLOO:
+            args = ("gloo", *args[1:])
+        return original(*args, **kwargs)
+
+    init_process_group._astra_cpu = True  # type: ignore[attr-defined]
+    dist.init_process_group = init_process_group
 
 
 @functools.cache  # as verl's own probe is

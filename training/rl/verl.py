@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -47,7 +46,17 @@ from astra_agent.config import check_writable
 from astra_agent.errors import AstraError, ConfigError
 from training.rl.config import RLConfig
 from training.rl.verl_abf import ABF_SAMPLER, abf_sampler_kwargs
-from training.sft.verl import hlist, hq, render_launch_script, stream
+from training.verl_job import (
+    check_device,
+    check_resume,
+    compose,
+    fingerprint_text,
+    hlist,
+    hq,
+    render_launch_script,
+    stream,
+    write_job_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +95,7 @@ class VerlRLJob:
     checkpoint_dir: Path
     metrics_file: Path
     ran: bool = False
+    final: Path | None = None  # the converted checkpoint, when run and converted
 
 
 # --------------------------------------------------------------------------- data
@@ -146,30 +156,6 @@ def _data_files(rows: _Rows, data_dir: Path) -> VerlRLData:
     heldout = data_dir / "heldout.parquet" if rows.heldout is not None else None
     n_heldout = len(rows.heldout or [])
     return VerlRLData(data_dir / "train.parquet", heldout, len(rows.train), n_heldout, rows.skipped)
-
-
-def _write_job(
-    workdir: Path, texts: dict[str, str], tables: dict[str, list[dict[str, Any]]]
-) -> None:
-    """Write ``texts`` and the parquet ``tables`` (relative paths) into a temporary sibling,
-    then rename it over ``workdir``: a job dir is whole or absent."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    tmp = workdir.with_name(f".{workdir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name, text in texts.items():
-        (tmp / name).write_text(text, encoding="utf-8")
-    for name, rows in tables.items():
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(rows), tmp / name)
-    (tmp / "launch.sh").chmod(0o755)
-    old = workdir.with_name(f".{workdir.name}.old-{os.getpid()}")
-    if workdir.exists():
-        workdir.rename(old)
-    tmp.rename(workdir)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- overrides
@@ -350,8 +336,15 @@ def build_overrides(cfg: RLConfig, data: VerlRLData, agent_loops: Path) -> list[
         *_data(cfg, data),
         *_trainer(cfg, data),
         *_sampler(cfg),
+        *(_cpu_overrides(cfg) if cfg.verl.device == "cpu" else []),
         *cfg.verl.overrides,
     ]
+
+
+def _cpu_overrides(cfg: RLConfig) -> list[str]:
+    from training.verl_cpu import rl_cpu_overrides
+
+    return rl_cpu_overrides(cfg.verl.gpus_per_node)
 
 
 # --------------------------------------------------------------------------- validation
@@ -363,21 +356,7 @@ def compose_verl_config(overrides: Sequence[str], *, check_model: bool = True) -
     Unknown keys and bad values raise ConfigError naming them. ``check_model=False`` skips
     ``actor_rollout_ref.model`` (HFModelConfig loads the checkpoint; a recipe's placeholder
     path cannot pass)."""
-    import verl
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
-    try:
-        with initialize_config_dir(config_dir=config_dir, version_base=None):
-            composed = compose(config_name=CONFIG_NAME, overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise ConfigError(
-            f"verl rejects the generated config: {first}",
-            hint="a key verl 0.9.1 does not know (check verl.overrides), or a bad value",
-        ) from None
+    composed = compose(CONFIG_NAME, overrides)
     _check_sections(composed, ["algorithm", "actor_rollout_ref.actor", "actor_rollout_ref.rollout"])
     _validate(composed)
     if check_model:
@@ -442,12 +421,18 @@ def _repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def launch_env(workdir: Path) -> dict[str, str]:
-    """verl's file logger (JSONL metrics) and our packages on the workers' import path."""
-    return {
+def launch_env(cfg: RLConfig, workdir: Path) -> dict[str, str]:
+    """verl's file logger (JSONL metrics), our packages on the workers' import path, and on
+    CPU the plugin's variables."""
+    env = {
         "VERL_FILE_LOGGER_PATH": str(workdir / "metrics.jsonl"),
         "PYTHONPATH": str(_repo_root()),
     }
+    if cfg.verl.device == "cpu":
+        from training.verl_cpu import cpu_env
+
+        env.update(cpu_env())
+    return env
 
 
 def launch_command(cfg: RLConfig, overrides: Sequence[str], env: dict[str, str]) -> list[str]:
@@ -472,33 +457,13 @@ def launch_command(cfg: RLConfig, overrides: Sequence[str], env: dict[str, str])
 def _check_can_run(cfg: RLConfig) -> None:
     """Fail before writing anything if this machine cannot start the launch line."""
     v = cfg.verl
+    if v.device == "cpu" and v.nnodes > 1:
+        raise ConfigError("verl.device: cpu runs on one node", hint="set verl.nnodes: 1")
     if v.nnodes > 1:
         if shutil.which("ray") is None:
             raise ConfigError("verl.run on several nodes needs the `ray` CLI on PATH")
         return
-    import torch
-
-    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if have < v.gpus_per_node:
-        raise ConfigError(
-            f"verl.run needs {v.gpus_per_node} CUDA GPU(s) here, found {have}: verl's PPO "
-            "trainer runs on cuda/npu only (FSDP engine, vLLM/SGLang servers)",
-            hint="set verl.run: false to only write the config and launch.sh, or use "
-            "backend: trl on this machine",
-        )
-
-
-def _check_resume(cfg: RLConfig, workdir: Path) -> None:
-    """Resuming into OUTPUT_DIR must be for the same config."""
-    ckpt = Path(cfg.output_dir) / "checkpoints" / "latest_checkpointed_iteration.txt"
-    old = workdir / "fingerprint.json"
-    if not (cfg.resume and ckpt.is_file() and old.is_file()):
-        return
-    if json.loads(old.read_text()) != cfg.fingerprint():
-        raise ConfigError(
-            f"{cfg.output_dir} holds checkpoints of a different config",
-            hint="use a new output_dir, or set resume: false to start over",
-        )
+    check_device(v.device, v.gpus_per_node, "PPO trainer (FSDP engine, vLLM/SGLang servers)")
 
 
 def prepare_verl(cfg: RLConfig) -> VerlRLJob:
@@ -511,7 +476,7 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
     _check_settings(cfg)
     if cfg.verl.run:
         _check_can_run(cfg)
-    _check_resume(cfg, workdir)
+    check_resume(cfg.output_dir, workdir, cfg.resume, cfg.fingerprint())
     check_writable(workdir, "output dir", kind="dir")
     rows = arena_rows(cfg)
     data = _data_files(rows, workdir / "data")
@@ -521,20 +486,20 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
     composed = compose_verl_config(overrides, check_model=model_here)
     if not model_here:
         log.warning("model %s is not on this machine: not checked", cfg.model)
-    env = launch_env(workdir)
+    env = launch_env(cfg, workdir)
     command = launch_command(cfg, overrides, env)
-    launch = render_launch_script(command, env).replace("astra-train sft", "astra-train rl")
+    launch = render_launch_script(command, env, "astra-train rl")
     texts = {
         "overrides.txt": "\n".join(overrides) + "\n",
         "verl-config.yaml": OmegaConf.to_yaml(composed),
         "agent_loops.yaml": agent_loop_yaml(cfg),
         "launch.sh": launch,
-        "fingerprint.json": json.dumps(cfg.fingerprint(), indent=2, sort_keys=True) + "\n",
+        "fingerprint.json": fingerprint_text(cfg.fingerprint()),
     }
     tables = {"data/train.parquet": rows.train}
     if rows.heldout is not None:
         tables["data/heldout.parquet"] = rows.heldout
-    _write_job(workdir, texts, tables)
+    write_job_dir(workdir, texts, tables)
     return VerlRLJob(
         workdir=workdir,
         data=data,
@@ -550,18 +515,27 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
 
 
 def run_verl(cfg: RLConfig, *, echo: Callable[[str], None] | None = None) -> VerlRLJob:
-    """Write the verl job; with ``verl.run: true`` also run it."""
+    """Write the verl job; with ``verl.run: true`` also run it and convert its newest checkpoint
+    (verl FSDP → verl's model merger → bf16) into ``OUTPUT_DIR/final-bf16``."""
     job = prepare_verl(cfg)
     log.info("verl job written to %s (launch: %s)", job.workdir, job.launch_script)
     if not cfg.verl.run:
         return job
-    rc = stream(job.launch_script, echo or (lambda s: print(s, file=sys.stderr, flush=True)))
+    echo = echo or (lambda s: print(s, file=sys.stderr, flush=True))
+    rc = stream(job.launch_script, echo, cwd=job.workdir)  # Hydra writes outputs/ into cwd
     if rc != 0:
         raise AstraError(
             f"verl's PPO trainer exited with status {rc}",
             hint=f"its output is above; the launch line is {job.launch_script}",
         )
-    return replace(job, ran=True)
+    job = replace(job, ran=True)
+    if not cfg.convert.enabled:
+        return job
+    from serving.convert import convert_checkpoint
+
+    dst = cfg.convert.out or Path(cfg.output_dir) / "final-bf16"
+    result = convert_checkpoint(job.checkpoint_dir, dst, dtype=cfg.convert.dtype, overwrite=True)
+    return replace(job, final=result.dst)
 
 
 # --------------------------------------------------------------------------- reward guard

@@ -102,6 +102,15 @@ class ServerManagerGenerator:
         self.server_manager = server_manager
         self.verl_params = dict(verl_params)
         self.request_id = request_id or uuid4().hex
+        self.versions: list[int] = []  # the policy versions (verl steps) that sampled the turns
+
+    def version_fields(self, fallback: Any) -> dict[str, Any]:
+        """``min_global_steps``/``max_global_steps`` for verl's off-policy bookkeeping (its
+        TransferQueue tags and step metrics need both): the versions of the weights that
+        sampled this episode, or ``fallback`` (the dataloader step) if nothing was sampled."""
+        low = min(self.versions) if self.versions else fallback
+        high = max(self.versions) if self.versions else fallback
+        return {"min_global_steps": low, "max_global_steps": high}
 
     async def generate(self, prompt_ids: list[int], sampling: Sampling) -> Sample:
         out = await self.server_manager.generate(
@@ -109,6 +118,9 @@ class ServerManagerGenerator:
             prompt_ids=list(prompt_ids),
             sampling_params=verl_sampling_params(sampling, self.verl_params),
         )
+        for key in ("min_global_steps", "max_global_steps"):
+            if out.extra_fields.get(key) is not None:
+                self.versions.append(int(out.extra_fields[key]))
         if out.stop_reason == "aborted":
             raise ServerError("verl aborted the generation (its servers were paused)")
         ids = [int(t) for t in out.token_ids]
@@ -301,6 +313,15 @@ class ArenaAgentLoop(AgentLoopBase):
         )
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        generator = ServerManagerGenerator(self.server_manager, sampling_params)
+        out = await self._episode(generator, sampling_params, kwargs)
+        step = kwargs.get("global_steps")
+        out.extra_fields.update(generator.version_fields(int(step) if step is not None else 0))
+        return out
+
+    async def _episode(
+        self, generator: ServerManagerGenerator, sampling_params: dict[str, Any], kwargs: Any
+    ) -> AgentLoopOutput:
         rt = runtime(self.astra_config, self.rollout_config, self.tokenizer)
         prompt_length = int(self.rollout_config.prompt_length)
         task, why = task_of(dict(kwargs.get("extra_info") or {}))
@@ -319,7 +340,6 @@ class ArenaAgentLoop(AgentLoopBase):
             settings = replace(
                 rt.settings, sampling=sampling_for(rt.settings.sampling, sampling_params)
             )
-            generator = ServerManagerGenerator(self.server_manager, sampling_params)
             episode = await rollout_episode(task, generator, self.tokenizer, env, settings)
         return episode_output(
             episode, prompt_length, int(self.rollout_config.response_length), self.tokenizer

@@ -93,16 +93,20 @@ class HTTPRolloutServer:
         self.generator = VLLMGenerator(self.base_url, model=model)
         self.requests = 0
         self.reloads = 0
+        self.global_steps = 0  # the served weights' version (verl's step that produced them)
 
     def address(self) -> str:
         return self.base_url
 
-    def load_weights(self, checkpoint: str) -> float:
-        """Serve ``checkpoint``'s weights from now on (see ``RolloutServer.load_weights``)."""
+    def load_weights(self, checkpoint: str, global_steps: int | None = None) -> float:
+        """Serve ``checkpoint``'s weights (those of verl's step ``global_steps``) from now on
+        (see ``RolloutServer.load_weights``)."""
         if self.owned is None:
             raise ConfigError("this rollout server does not own its vLLM server")
         seconds = self.owned.load_weights(checkpoint)
         self.reloads += 1
+        if global_steps is not None:
+            self.global_steps = int(global_steps)
         return seconds
 
     def reload_count(self) -> int:
@@ -129,7 +133,10 @@ class HTTPRolloutServer:
         sample = await self.generator.generate(list(prompt_ids), sampling_of(sampling_params))
         self.requests += 1
         return TokenOutput(
-            token_ids=sample.token_ids, log_probs=sample.logprobs, stop_reason="completed"
+            token_ids=sample.token_ids,
+            log_probs=sample.logprobs,
+            stop_reason="completed",
+            extra_fields={"global_steps": self.global_steps},  # verl tracks policy versions
         )
 
     async def clear_kv_cache(self) -> None:
@@ -186,90 +193,106 @@ def write_weights(weights: Iterable[tuple[str, Any]], model_dir: Path, out: Path
     return out
 
 
-def _base_rollout() -> type:
+_CLASSES: dict[str, type] = {}
+
+
+def _adapter_class() -> type:
     from verl.workers.rollout.base import BaseRollout
 
-    return BaseRollout
+    class HTTPServerAdapter(BaseRollout):
+        """verl's rollout object inside an actor worker, for rollout ``astra_http`` (see the
+        module docstring): weights go to the replica's :class:`HTTPRolloutServer` through a
+        checkpoint directory; rank 0 of each replica writes and triggers the reload."""
+
+        def __init__(self, config: Any, model_config: Any, device_mesh: Any, **kwargs: Any) -> None:
+            super().__init__(config, model_config, device_mesh, **kwargs)
+            import torch.distributed as dist
+
+            rank = dist.get_rank() if dist.is_initialized() else 0
+            size = self.config.tensor_model_parallel_size * self.config.data_parallel_size
+            self.replica_rank, self.is_leader = rank // size, rank % size == 0
+            self.model_dir = model_path(self.model_config)
+
+        async def resume(self, tags: list[str]) -> None:
+            """Nothing to resume: the server process keeps its memory."""
+
+        async def release(self) -> None:
+            """Nothing to release (see :meth:`resume`)."""
+
+        async def update_weights(
+            self, weights: Any, wire_format: str = "named_tensors", **kwargs: Any
+        ) -> None:
+            import ray
+
+            if wire_format != "named_tensors":
+                raise ConfigError(f"rollout {ROLLOUT_NAME} takes full tensors, not {wire_format}")
+            if not self.is_leader:
+                for _ in weights:  # every rank walks the generator: FSDP gathers collectively
+                    pass
+                return
+            tmp = Path(tempfile.mkdtemp(prefix="astra-weights-"))
+            try:
+                write_weights(weights, self.model_dir, tmp)
+                server = ray.get_actor(server_actor_name(self.replica_rank))
+                steps = kwargs.get("global_steps")
+                seconds = await server.load_weights.remote(str(tmp), steps)
+                log.info("rollout weights reloaded in %.2f s", seconds)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    HTTPServerAdapter.__module__ = __name__
+    return HTTPServerAdapter
 
 
-class HTTPServerAdapter(_base_rollout()):  # type: ignore[misc]
-    """verl's rollout object inside an actor worker, for rollout ``astra_http`` (see the module
-    docstring): weights go to the replica's :class:`HTTPRolloutServer` through a checkpoint
-    directory; rank 0 of each replica writes and triggers the reload."""
+def _replica_class() -> type:
+    from verl.workers.rollout.replica import RolloutMode, RolloutReplica
 
-    def __init__(self, config: Any, model_config: Any, device_mesh: Any, **kwargs: Any) -> None:
-        super().__init__(config, model_config, device_mesh, **kwargs)
-        import torch.distributed as dist
+    class HTTPRolloutReplica(RolloutReplica):
+        """verl's rollout replica for ``astra_http``: one :class:`HTTPRolloutServer` actor that
+        owns a vLLM server on the model's checkpoint (hybrid and standalone modes alike: the
+        server is its own process, whatever verl's placement)."""
 
-        rank = dist.get_rank() if dist.is_initialized() else 0
-        size = self.config.tensor_model_parallel_size * self.config.data_parallel_size
-        self.replica_rank, self.is_leader = rank // size, rank % size == 0
-        self.model_dir = model_path(self.model_config)
+        async def launch_servers(self) -> None:
+            import ray
 
-    async def resume(self, tags: list[str]) -> None:
-        """Nothing to resume: the server process keeps its memory."""
-
-    async def release(self) -> None:
-        """Nothing to release (see :meth:`resume`)."""
-
-    async def update_weights(
-        self, weights: Any, wire_format: str = "named_tensors", **kwargs: Any
-    ) -> None:
-        import ray
-
-        if wire_format != "named_tensors":
-            raise ConfigError(f"rollout {ROLLOUT_NAME} takes full tensors, not {wire_format}")
-        if not self.is_leader:
-            for _ in weights:  # every rank walks the generator: FSDP gathers collectively
-                pass
-            return
-        tmp = Path(tempfile.mkdtemp(prefix="astra-weights-"))
-        try:
-            write_weights(weights, self.model_dir, tmp)
-            server = ray.get_actor(server_actor_name(self.replica_rank))
-            seconds = await server.load_weights.remote(str(tmp))
-            log.info("rollout weights reloaded in %.2f s", seconds)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _replica_base() -> type:
-    from verl.workers.rollout.replica import RolloutReplica
-
-    return RolloutReplica
-
-
-class HTTPRolloutReplica(_replica_base()):  # type: ignore[misc]
-    """verl's rollout replica for ``astra_http``: one :class:`HTTPRolloutServer` actor that
-    owns a vLLM server on the model's checkpoint (hybrid and standalone modes alike: the
-    server is its own process, whatever verl's placement)."""
-
-    async def launch_servers(self) -> None:
-        import ray
-
-        log_dir = Path(tempfile.gettempdir()) / "astra-vllm-logs"
-        log_dir.mkdir(exist_ok=True)
-        actor: Any = (
-            ray.remote(HTTPRolloutServer)
-            .options(
-                name=server_actor_name(self.replica_rank),
-                num_cpus=0,
-                max_concurrency=self.max_concurrency,
+            log_dir = Path(tempfile.gettempdir()) / "astra-vllm-logs"
+            log_dir.mkdir(exist_ok=True)
+            actor: Any = (
+                ray.remote(HTTPRolloutServer)
+                .options(
+                    name=server_actor_name(self.replica_rank),
+                    num_cpus=0,
+                    max_concurrency=self.max_concurrency,
+                )
+                .remote(
+                    checkpoint=str(model_path(self.model_config)),
+                    log_file=str(log_dir / f"vllm-replica-{self.replica_rank}.log"),
+                )
             )
-            .remote(
-                checkpoint=str(model_path(self.model_config)),
-                log_file=str(log_dir / f"vllm-replica-{self.replica_rank}.log"),
-            )
-        )
-        self._server_address = await actor.address.remote()
-        self._server_handle = actor
-        self.servers = [actor]
+            self._server_address = await actor.address.remote()
+            self._server_handle = actor
+            self.servers = [actor]
 
-    async def init_standalone(self) -> None:
-        from verl.workers.rollout.replica import RolloutMode
+        async def init_standalone(self) -> None:
+            self.rollout_mode = RolloutMode.STANDALONE
+            await self.launch_servers()
 
-        self.rollout_mode = RolloutMode.STANDALONE
-        await self.launch_servers()
+    HTTPRolloutReplica.__module__ = __name__
+    return HTTPRolloutReplica
+
+
+_FACTORIES = {"HTTPServerAdapter": _adapter_class, "HTTPRolloutReplica": _replica_class}
+
+
+def __getattr__(name: str) -> Any:
+    """``HTTPServerAdapter`` and ``HTTPRolloutReplica``, built on first access: they subclass
+    verl's classes, and this module must import without verl (the CPU plugin, which verl
+    imports while it initialises, imports this module)."""
+    if name in _FACTORIES:
+        if name not in _CLASSES:
+            _CLASSES[name] = _FACTORIES[name]()
+        return _CLASSES[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register() -> None:
@@ -279,4 +302,4 @@ def register() -> None:
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{__name__}.HTTPServerAdapter"
-    RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: HTTPRolloutReplica)
+    RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: __getattr__("HTTPRolloutReplica"))

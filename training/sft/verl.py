@@ -25,11 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import re
-import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -40,6 +36,17 @@ from astra_agent.config import check_writable
 from astra_agent.errors import AstraError, ConfigError
 from training.sft.common import check_model, check_train_files
 from training.sft.config import SFTConfig
+from training.verl_job import (
+    check_device,
+    check_resume,
+    compose,
+    fingerprint_text,
+    hlist,
+    hq,
+    render_launch_script,
+    stream,
+    write_job_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,24 +73,6 @@ class VerlJob:
 
 
 # --------------------------------------------------------------------------- overrides
-
-
-_PLAIN = re.compile(r"[\w./-]+")
-_NOT_A_STRING = re.compile(r"[-+]?(\d[\d_]*\.?\d*(e[-+]?\d+)?|\.\d+|inf|nan|null|true|false)", re.I)
-
-
-def hq(value: str) -> str:
-    """``value`` as a Hydra string: bare when the override grammar reads it back as that very
-    string, else quoted (so any path survives: spaces, '=', ',', quotes)."""
-    if _PLAIN.fullmatch(value) and not _NOT_A_STRING.fullmatch(value):
-        return value
-    # Hydra unescapes backslashes only before a quote (or the closing one); `\${` stays literal
-    body = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value)
-    return "'" + body.replace("${", "\\${") + "'"
-
-
-def hlist(paths: Sequence[Path]) -> str:
-    return "[" + ",".join(hq(str(p.absolute())) for p in paths) + "]"
 
 
 def _parquet_rows(paths: Sequence[Path]) -> int:
@@ -211,21 +200,7 @@ def compose_verl_config(overrides: Sequence[str], *, check_model: bool = True) -
     turns into dataclasses. Unknown keys and bad values raise ConfigError naming them.
     ``check_model=False`` skips ``model`` (HFModelConfig loads the checkpoint's config and
     tokenizer, so a recipe's placeholder path cannot pass); check it apart."""
-    import verl
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
-    try:
-        with initialize_config_dir(config_dir=config_dir, version_base=None):
-            composed = compose(config_name=CONFIG_NAME, overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise ConfigError(
-            f"verl rejects the generated config: {first}",
-            hint="a key verl 0.9.1 does not know (check verl.overrides), or a bad value",
-        ) from None
+    composed = compose(CONFIG_NAME, overrides)
     _check_sections(composed, ["optim", "engine", "checkpoint", "profiler"])
     if check_model:
         check_model_path(composed)
@@ -295,17 +270,6 @@ def launch_env(cfg: SFTConfig, workdir: Path) -> dict[str, str]:
     return env
 
 
-def render_launch_script(command: Sequence[str], env: dict[str, str]) -> str:
-    lines = [
-        "#!/usr/bin/env bash",
-        "# Written by `astra-train sft` (backend: verl); run it as is, or edit and run.",
-        "set -euo pipefail",
-        *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
-        "exec " + " \\\n    ".join(shlex.quote(c) for c in command),
-    ]
-    return "\n".join(lines) + "\n"
-
-
 # --------------------------------------------------------------------------- run
 
 
@@ -316,51 +280,9 @@ def _check_can_run(cfg: SFTConfig) -> None:
         if shutil.which("ray") is None:
             raise ConfigError("verl.run with the Ray launcher needs the `ray` CLI on PATH")
         return  # the GPUs are the cluster's; Ray's resource pool checks them
-    import torch
-
-    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if v.device == "cpu" and have:
-        raise ConfigError(
-            f"verl.device: cpu is for CPU tests and CI, and this machine has {have} CUDA GPU(s)",
-            hint="set verl.device: cuda",
-        )
-    if v.device == "cuda" and have < v.gpus_per_node:
-        raise ConfigError(
-            f"verl.run needs {v.gpus_per_node} CUDA GPU(s) here, found {have}: verl's SFT "
-            "trainer runs on cuda/npu only (its engine, nccl)",
-            hint="set verl.run: false to only write the config and launch.sh, or use "
-            "backend: trl on this machine (or verl.device: cpu, for tests)",
-        )
+    check_device(v.device, v.gpus_per_node, "SFT trainer")
     if shutil.which("torchrun") is None:
         raise ConfigError("verl.run needs `torchrun` on PATH (torch's launcher)")
-
-
-def _write_workdir(workdir: Path, files: dict[str, str]) -> None:
-    """Write ``files`` into a temporary sibling, then rename it over ``workdir``."""
-    tmp = workdir.with_name(f".{workdir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name, text in files.items():
-        (tmp / name).write_text(text, encoding="utf-8")
-    (tmp / "launch.sh").chmod(0o755)
-    old = workdir.with_name(f".{workdir.name}.old-{os.getpid()}")
-    if workdir.exists():
-        workdir.rename(old)
-    tmp.rename(workdir)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _check_resume(cfg: SFTConfig, workdir: Path) -> None:
-    """Resuming into OUTPUT_DIR must be for the same config (data, model, schedule, batch)."""
-    ckpt = Path(cfg.output_dir) / "checkpoints" / "latest_checkpointed_iteration.txt"
-    old = workdir / "fingerprint.json"
-    if not (cfg.resume and ckpt.is_file() and old.is_file()):
-        return
-    if json.loads(old.read_text()) != cfg.fingerprint():
-        raise ConfigError(
-            f"{cfg.output_dir} holds checkpoints of a different config",
-            hint="use a new output_dir, or set resume: false to start over",
-        )
 
 
 def prepare_verl(cfg: SFTConfig) -> VerlJob:
@@ -378,17 +300,17 @@ def prepare_verl(cfg: SFTConfig) -> VerlJob:
         _check_can_run(cfg)
         check_train_files(list(cfg.train_files))
         check_model(Path(cfg.model))
-    _check_resume(cfg, workdir)
+    check_resume(cfg.output_dir, workdir, cfg.resume, cfg.fingerprint())
     check_writable(workdir, "output dir", kind="dir")
     env = launch_env(cfg, workdir)
     command = launch_command(cfg, overrides, env)
-    _write_workdir(
+    write_job_dir(
         workdir,
         {
             "overrides.txt": "\n".join(overrides) + "\n",
             "config.yaml": OmegaConf.to_yaml(composed),
-            "launch.sh": render_launch_script(command, env),
-            "fingerprint.json": json.dumps(cfg.fingerprint(), indent=2, sort_keys=True) + "\n",
+            "launch.sh": render_launch_script(command, env, "astra-train sft"),
+            "fingerprint.json": fingerprint_text(cfg.fingerprint()),
         },
     )
     return VerlJob(
@@ -401,21 +323,6 @@ def prepare_verl(cfg: SFTConfig) -> VerlJob:
         checkpoint_dir=out / "checkpoints",
         metrics_file=workdir / "metrics.jsonl",
     )
-
-
-def stream(script: Path, echo: Callable[[str], None], cwd: Path | None = None) -> int:
-    with subprocess.Popen(
-        ["bash", str(script)],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        bufsize=1,
-    ) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            echo(line.rstrip("\n"))
-        return proc.wait()
 
 
 def run_verl(cfg: SFTConfig, *, echo: Callable[[str], None] | None = None) -> VerlJob:

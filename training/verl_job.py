@@ -1,0 +1,201 @@
+"""The verl job layer shared by ``astra-train sft`` and ``astra-train rl`` with ``backend: verl``.
+
+Both write ``OUTPUT_DIR/verl/`` the same way and run it the same way:
+
+* Hydra values that survive verl's override grammar (:func:`hq`, :func:`hlist`);
+* the job directory, written whole into a temporary sibling and renamed over the old one
+  (:func:`write_job_dir`): overrides, the composed config, ``launch.sh``, the fingerprint, and
+  (RL) the data;
+* resuming only into a run of the same config (:func:`check_resume`);
+* composing the overrides with verl's own Hydra defaults, offline, in struct mode
+  (:func:`compose`: an unknown key or a bad value is a ConfigError);
+* ``launch.sh`` (:func:`render_launch_script`) and running it (:func:`stream`): from the job
+  directory (Hydra writes ``outputs/`` into the working directory), in its own process group,
+  with SIGTERM sent to it should this process die however it dies (``kill -9`` included: verl's
+  driver then takes its local Ray and, through it, the vLLM servers with it), and the whole group
+  stopped on Ctrl-C or SIGTERM of this process;
+* ``verl.device: cpu`` (:func:`check_device`): CPU tests and CI only (``training.verl_cpu``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from astra_agent.errors import ConfigError
+
+_PLAIN = re.compile(r"[\w./-]+")
+_NOT_A_STRING = re.compile(r"[-+]?(\d[\d_]*\.?\d*(e[-+]?\d+)?|\.\d+|inf|nan|null|true|false)", re.I)
+
+
+def hq(value: str) -> str:
+    """``value`` as a Hydra string: bare when the override grammar reads it back as that very
+    string, else quoted (so any path survives: spaces, '=', ',', quotes)."""
+    if _PLAIN.fullmatch(value) and not _NOT_A_STRING.fullmatch(value):
+        return value
+    # Hydra unescapes backslashes only before a quote (or the closing one); `\${` stays literal
+    body = re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), value)
+    return "'" + body.replace("${", "\\${") + "'"
+
+
+def hlist(paths: Sequence[Path]) -> str:
+    return "[" + ",".join(hq(str(p.absolute())) for p in paths) + "]"
+
+
+def compose(config_name: str, overrides: Sequence[str]) -> Any:
+    """``overrides`` composed with verl's ``config_name`` defaults, offline, in struct mode."""
+    import verl
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            return hydra_compose(config_name=config_name, overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ConfigError(
+            f"verl rejects the generated config: {first}",
+            hint="a key verl 0.9.1 does not know (check verl.overrides), or a bad value",
+        ) from None
+
+
+def write_job_dir(
+    workdir: Path,
+    texts: dict[str, str],
+    tables: dict[str, list[dict[str, Any]]] | None = None,
+) -> None:
+    """Write ``texts`` and parquet ``tables`` (relative paths) into a temporary sibling, then
+    rename it over ``workdir``: a job directory is whole or absent."""
+    tmp = workdir.with_name(f".{workdir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, text in texts.items():
+        (tmp / name).write_text(text, encoding="utf-8")
+    if tables:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        for name, rows in tables.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.Table.from_pylist(rows), tmp / name)
+    if (tmp / "launch.sh").exists():
+        (tmp / "launch.sh").chmod(0o755)
+    old = workdir.with_name(f".{workdir.name}.old-{os.getpid()}")
+    if workdir.exists():
+        workdir.rename(old)
+    tmp.rename(workdir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def fingerprint_text(fingerprint: dict[str, Any]) -> str:
+    return json.dumps(fingerprint, indent=2, sort_keys=True) + "\n"
+
+
+def check_resume(
+    output_dir: Path, workdir: Path, resume: bool, fingerprint: dict[str, Any]
+) -> None:
+    """Resuming into ``output_dir`` (verl's checkpoints there) must be for the same config."""
+    ckpt = Path(output_dir) / "checkpoints" / "latest_checkpointed_iteration.txt"
+    old = workdir / "fingerprint.json"
+    if not (resume and ckpt.is_file() and old.is_file()):
+        return
+    if json.loads(old.read_text()) != fingerprint:
+        raise ConfigError(
+            f"{output_dir} holds checkpoints of a different config",
+            hint="use a new output_dir, or set resume: false to start over",
+        )
+
+
+def check_device(device: str, gpus_wanted: int, trainer: str) -> None:
+    """Before ``verl.run``: this machine can run the job on ``device``."""
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device == "cpu" and have:
+        raise ConfigError(
+            f"verl.device: cpu is for CPU tests and CI, and this machine has {have} CUDA GPU(s)",
+            hint="set verl.device: cuda",
+        )
+    if device == "cuda" and have < gpus_wanted:
+        raise ConfigError(
+            f"verl.run needs {gpus_wanted} CUDA GPU(s) here, found {have}: verl's {trainer} "
+            "runs on cuda/npu only",
+            hint="set verl.run: false to only write the config and launch.sh, or use "
+            "backend: trl on this machine (or verl.device: cpu, for tests)",
+        )
+
+
+def render_launch_script(command: Sequence[str], env: dict[str, str], who: str) -> str:
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Written by `{who}` (backend: verl); run it as is, or edit and run.",
+        "set -euo pipefail",
+        *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
+        "exec " + " \\\n    ".join(shlex.quote(c) for c in command),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _dies_with(parent: int) -> Callable[[], None]:
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork, not in the child
+
+    def setup() -> None:
+        os.setsid()  # its own process group: stopped as a whole
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background job starts with it ignored
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # this process died before prctl took effect
+            os._exit(1)
+
+    return setup
+
+
+def _stop_group(proc: subprocess.Popen[str], grace_s: float = 20.0) -> None:
+    """SIGTERM the launch script's process group, then SIGKILL what is left after ``grace_s``."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def stream(script: Path, echo: Callable[[str], None], cwd: Path | None = None) -> int:
+    """Run ``script`` (from ``cwd``), echoing its output line by line; its exit status. The
+    script's process group is stopped if this one is interrupted (Ctrl-C, SIGTERM) and gets
+    SIGTERM if this process dies (see the module docstring)."""
+    with subprocess.Popen(
+        ["bash", str(script)],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        preexec_fn=_dies_with(os.getpid()),
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                echo(line.rstrip("\n"))
+            return proc.wait()
+        except BaseException:
+            _stop_group(proc)
+            raise
