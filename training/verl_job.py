@@ -51,8 +51,35 @@ def hlist(paths: Sequence[Path]) -> str:
     return "[" + ",".join(hq(str(p.absolute())) for p in paths) + "]"
 
 
+# What the generated configs, our plugins and the CPU path were written and tested against.
+PINNED = {"verl": "0.9.1", "TransferQueue": "0.1.11"}
+INSTALL_HINT = "pip install 'verl[verl-core]==0.9.1' 'TransferQueue==0.1.11' (or: make setup)"
+
+
+def check_installed(*names: str) -> None:
+    """Each of ``names`` (keys of :data:`PINNED`) installed at its pinned version, else one
+    ConfigError naming what to install."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    wrong = []
+    for name in names:
+        try:
+            have = version(name)
+        except PackageNotFoundError:
+            have = None
+        if have != PINNED[name]:
+            wrong.append(f"{name} {have}" if have else f"{name} not installed")
+    if wrong:
+        raise ConfigError(
+            f"backend: verl needs {', '.join(f'{n}=={PINNED[n]}' for n in names)}; found: "
+            f"{', '.join(wrong)}",
+            hint=INSTALL_HINT,
+        )
+
+
 def compose(config_name: str, overrides: Sequence[str]) -> Any:
     """``overrides`` composed with verl's ``config_name`` defaults, offline, in struct mode."""
+    check_installed("verl")
     import verl
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir

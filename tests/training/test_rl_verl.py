@@ -554,3 +554,27 @@ def test_reward_of_the_reference_chain_matches_arena_reward(task: Any) -> None:
         return arena_reward(task.sub_qa, [("search_hotels", out.text)]).reward
 
     assert 0.6 < asyncio.run(go()) < 0.7
+
+
+@pytest.mark.parametrize(
+    ("versions", "named"),
+    [
+        ({"verl": "0.9.0", "TransferQueue": "0.1.11"}, "verl 0.9.0"),
+        ({"verl": "0.9.1", "TransferQueue": None}, "TransferQueue not installed"),
+    ],
+)
+def test_verl_or_transfer_queue_at_another_version_is_one_line_naming_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, versions: dict[str, Any], named: str
+) -> None:
+    import importlib.metadata as md
+
+    def version(name: str) -> str:
+        if versions.get(name) is None:
+            raise md.PackageNotFoundError(name)
+        return str(versions[name])
+
+    monkeypatch.setattr(md, "version", version)
+    with pytest.raises(ConfigError, match=named) as err:
+        prepare_verl(make_cfg(tmp_path))
+    assert "pip install" in (err.value.hint or "") and "==0.1.11" in str(err.value)
+    assert not (tmp_path / "out").exists()

@@ -95,7 +95,7 @@ def test_verl_trains_every_step_with_abf_and_our_reward(verl_run: dict[str, Any]
         assert m["actor/grad_norm"] > 0  # a real update
         assert m["timing_s/update_weights"] > 0  # weights synced to the vLLM server
         # the trainer's log-probs of the sampled tokens: those vLLM returned, before the update
-        assert m["training/rollout_probs_diff_max"] < 1e-2
+        assert m["training/rollout_probs_diff_max"] < 1e-4  # measured ≈4.5e-6 (float32 both)
 
 
 def test_the_checkpoint_merges_converts_serves_and_scores(verl_run: dict[str, Any]) -> None:

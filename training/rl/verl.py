@@ -48,6 +48,7 @@ from training.rl.config import RLConfig
 from training.rl.verl_abf import ABF_SAMPLER, abf_sampler_kwargs
 from training.verl_job import (
     check_device,
+    check_installed,
     check_resume,
     compose,
     fingerprint_text,
@@ -473,6 +474,7 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
 
     out = Path(cfg.output_dir).absolute()
     workdir = out / "verl"
+    check_installed("verl", "TransferQueue")  # verl's V1 trainer keeps its rollouts there
     _check_settings(cfg)
     if cfg.verl.run:
         _check_can_run(cfg)
