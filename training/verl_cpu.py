@@ -152,6 +152,16 @@ class _CPUDeviceModule(ModuleType):
     def get_device_name(device: Any = None) -> str:
         return "cpu"
 
+    # verl's checkpoints save torch's CPU generator under "cpu" and, on resume, restore "the
+    # device's" state from the key named like the device: here both are torch's CPU generator
+    @staticmethod
+    def get_rng_state(device: Any = None) -> torch.Tensor:
+        return torch.get_rng_state()
+
+    @staticmethod
+    def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
+        torch.set_rng_state(state)
+
 
 CPU_DEVICE = _CPUDeviceModule("torch.cpu")
 

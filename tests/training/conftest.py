@@ -53,9 +53,10 @@ def sft_tiny(arena_runs: dict[str, Path], tmp_path_factory: pytest.TempPathFacto
     return run_sft(tmp_path_factory.mktemp("sft-tiny"), arena_runs["train"])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def verl_ray() -> Iterator[Any]:
-    """A local Ray with TransferQueue on it (``verl_tq.local_transfer_queue``), shared by the
-    tests of verl's real components; yields the ``transfer_queue`` module."""
+    """A local Ray with TransferQueue on it (``verl_tq.local_transfer_queue``) for a module of
+    tests of verl's real components (shut down after it: its daemons would otherwise idle
+    through the rest of the suite); yields the ``transfer_queue`` module."""
     with local_transfer_queue() as tq:
         yield tq

@@ -488,7 +488,14 @@ def test_the_job_holds_verls_data_our_agent_loop_and_the_launch_line(tmp_path: P
     text = job.launch_script.read_text()
     assert os.access(job.launch_script, os.X_OK) and "astra-train rl" in text
     assert shlex.split(text.split("exec ", 1)[1].replace("\\\n", "")) == list(job.command)
-    assert list(job.command) == [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+    supervisor = [sys.executable, "-m", "training.verl_launch"]  # reaps what verl leaves
+    assert list(job.command) == [
+        *supervisor,
+        sys.executable,
+        "-m",
+        "verl.trainer.main_ppo",
+        *overrides,
+    ]
     env = dict(job.env)
     assert env["VERL_FILE_LOGGER_PATH"] == str(job.metrics_file)
     assert Path(env["PYTHONPATH"], "training", "rl", "verl_agent_loop.py").is_file()
@@ -578,3 +585,47 @@ def test_verl_or_transfer_queue_at_another_version_is_one_line_naming_the_fix(
         prepare_verl(make_cfg(tmp_path))
     assert "pip install" in (err.value.hint or "") and "==0.1.11" in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+def _gone(pid: int, within_s: float = 15.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_the_launch_supervisor_reaps_what_the_trainer_left_behind(tmp_path: Path) -> None:
+    """verl's driver detaches Ray daemons; whatever is below the supervisor when the command
+    ends (here a detached `sleep` in a new session) is stopped, and the status is the
+    command's."""
+    pidfile = tmp_path / "pid"
+    script = f"setsid sleep 300 & echo $! > {pidfile}; exit 3"
+    out = subprocess.run(
+        [sys.executable, "-m", "training.verl_launch", "bash", "-c", script], timeout=60
+    )
+    assert out.returncode == 3
+    assert _gone(int(pidfile.read_text()))
+
+
+def test_the_launch_supervisor_stops_everything_on_sigterm(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    pidfile = tmp_path / "pid"
+    script = f"setsid sleep 300 & echo $! > {pidfile}; sleep 300"
+    proc = subprocess.Popen([sys.executable, "-m", "training.verl_launch", "bash", "-c", script])
+    deadline = time.monotonic() + 20
+    while not pidfile.is_file() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert _gone(int(pidfile.read_text()))

@@ -438,8 +438,9 @@ def launch_env(cfg: RLConfig, workdir: Path) -> dict[str, str]:
 
 def launch_command(cfg: RLConfig, overrides: Sequence[str], env: dict[str, str]) -> list[str]:
     """One node: ``main_ppo`` with this Python (it starts a local Ray); several: a Ray job."""
-    if cfg.verl.nnodes == 1:
-        return [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+    if cfg.verl.nnodes == 1:  # under our supervisor: nothing verl starts outlives the run
+        launch = [sys.executable, "-m", "training.verl_launch"]
+        return [*launch, sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     runtime_env = json.dumps({"env_vars": env}, sort_keys=True)
     return [
         "ray",
