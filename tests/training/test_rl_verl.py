@@ -237,6 +237,62 @@ def test_agent_loop_runs_one_episode_through_a_real_sandbox(
     assert server.requests[0]["request_id"] == server.requests[1]["request_id"]  # sticky
 
 
+PARALLEL = (
+    "<think>\nTwo at once.\n</think>\n\n<tool_call>\n"
+    '{"name": "search_hotels", "arguments": {"city": "Porto"}}\n</tool_call>\n<tool_call>\n'
+    '{"name": "no_such_tool", "arguments": {}}\n</tool_call><|im_end|>'
+)
+
+
+@needs_bwrap
+def test_parallel_calls_and_a_tool_error_through_verls_worker(
+    tmp_path: Path, verl_job: Any, tok: Any, task: Any
+) -> None:
+    """verl's own ``AgentLoopWorker.generate_sequences`` over an episode whose first turn makes
+    two parallel calls, one to a tool that does not exist: both results come back in call
+    order in one masked span, the error is a result the model reads, and the batch holds the
+    sampled ids with their log-probs and nothing sampled under mask 0."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.protocol import DataProto
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    from training.rl.verl_agent_loop import close_runtimes
+
+    _, _, composed = verl_job
+    server = FakeServerManager(tok, [PARALLEL, ANSWER])
+    batch = DataProto.from_single_dict(collate_fn(_rows(tmp_path, [task])))
+    worker = AgentLoopWorker(composed, server)
+
+    async def go() -> Any:
+        try:
+            return await worker.generate_sequences(batch)
+        finally:
+            await close_runtimes()
+
+    out = asyncio.run(go())
+    p = composed.actor_rollout_ref.rollout.prompt_length
+    n = int(out.batch["attention_mask"][0, p:].sum())
+    ids = out.batch["responses"][0, :n].tolist()
+    mask = out.batch["response_mask"][0, :n].tolist()
+    call, answer = server.ids(PARALLEL), server.ids(ANSWER)
+    assert ids[: len(call)] == call and ids[-len(answer) :] == answer
+    assert mask == [1] * len(call) + [0] * (n - len(call) - len(answer)) + [1] * len(answer)
+    tool_text = tok.decode(ids[len(call) : n - len(answer)])
+    assert tool_text.count("<tool_response>") == 2
+    assert tool_text.index("H-6210") < tool_text.index("no_such_tool")  # call order
+    logprobs = out.batch["rollout_log_probs"][0, :n]
+    assert logprobs[: len(call)].tolist() == pytest.approx(
+        [-0.01 * (i + 1) for i in range(len(call))]
+    )
+    assert logprobs[torch.tensor(mask) == 0].abs().sum() == 0
+    assert out.non_tensor_batch["tool_calls"][0] == 2
+    assert (
+        server.requests[1]["prompt_ids"]
+        == out.batch["prompts"][0][out.batch["attention_mask"][0, :p].bool()].tolist()
+        + ids[: n - len(answer)]
+    )
+
+
 @needs_bwrap
 def test_the_output_is_what_verls_transfer_queue_path_stores(
     tmp_path: Path, verl_job: Any, tok: Any, task: Any

