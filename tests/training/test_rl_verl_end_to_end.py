@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -101,18 +102,36 @@ def _kill_at_first_checkpoint(config: Path, run: Path, log: Path) -> dict[str, A
         assert time.monotonic() < deadline, f"no checkpoint in 900 s: {log}"
         time.sleep(0.5)
     family = descendants_alive(proc.pid)
+    names = " ".join(_cmdline(p) for p in family)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + 60
     while _alive(family) and time.monotonic() < deadline:
         time.sleep(0.5)
-    metrics = run / "verl" / "metrics.jsonl"
     return {
-        "names": " ".join(_cmdline(p) for p in family),
+        "names": names,
         "leftovers": _alive(family),
         "checkpoint": int(tracker.read_text().strip()),
-        "logged": len(metrics.read_text().splitlines()) if metrics.is_file() else 0,
+        "steps": _console_steps(log.read_text(errors="replace")),
     }
+
+
+_STEP = re.compile(r"step:(\d+) - (.*)")
+
+
+def _console_steps(text: str) -> list[dict[str, float]]:
+    """verl's console logger lines (``step:N - key:value - …``), one dict a step, in order."""
+    out = []
+    for m in _STEP.finditer(text):
+        rec: dict[str, float] = {"training/global_step": float(m.group(1))}
+        for item in m.group(2).split(" - "):
+            key, _, value = item.strip().rpartition(":")
+            try:
+                rec[key] = float(value)
+            except ValueError:
+                continue
+        out.append(rec)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +153,10 @@ def verl_run(sft_tiny: SFTRun, tmp_path_factory: pytest.TempPathFactory) -> dict
     )
     with stages.run("rl resumed to the end"):
         out = cli("training.cli", "rl", "--config", str(config), timeout=1200)
-    metrics_file = run / "verl" / "metrics.jsonl"
-    lines = [json.loads(x)["data"] for x in metrics_file.read_text().splitlines() if x.strip()]
+    rerun = _console_steps(out.stdout + out.stderr)
+    files = sorted((run / "verl-metrics").glob("*.jsonl"))  # one per launch
+    logged = [json.loads(x)["data"] for f in files for x in f.read_text().splitlines() if x]
+    lines = killed["steps"] + rerun
     with stages.run("serve + eval the verl checkpoint"):
         summary = serve_and_score(run / "final-bf16", data, work)
     print("\n== verl RL end to end ==", stages.wall, killed)
@@ -149,7 +170,9 @@ def verl_run(sft_tiny: SFTRun, tmp_path_factory: pytest.TempPathFactory) -> dict
     return {
         "stdout": out.stdout,
         "metrics": lines,
-        "rerun": lines[killed["logged"] :],
+        "rerun": rerun,
+        "logged": logged,
+        "launches": len(files),
         "summary": summary,
         "run": run,
         "killed": killed,
@@ -189,6 +212,14 @@ def test_kill_9_leaves_no_process_and_the_rerun_resumes(verl_run: dict[str, Any]
     assert 1 <= first < STEPS
     steps = [int(m["training/global_step"]) for m in verl_run["rerun"]]
     assert steps == list(range(first + 1, STEPS + 1))  # from verl's checkpoint, not from 1
+
+
+def test_each_launch_keeps_its_metrics_file(verl_run: dict[str, Any]) -> None:
+    """verl's file logger truncates its file when it starts: a resumed run logs to a file of
+    its own, and the steps of the killed launch stay where they were written."""
+    assert verl_run["launches"] == 2
+    logged = [int(m["training/global_step"]) for m in verl_run["logged"]]
+    assert logged[-1] == STEPS and sorted(set(logged)) == sorted(logged)
 
 
 def test_another_config_into_the_run_is_refused_with_the_reason(verl_run: dict[str, Any]) -> None:

@@ -422,11 +422,22 @@ def _repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+def metrics_path(cfg: RLConfig) -> Path:
+    """verl's file logger truncates its file at every start, and the job directory is rewritten
+    at every ``astra-train rl``: each launch logs to a file of its own,
+    ``OUTPUT_DIR/verl-metrics/<UTC time>.jsonl``, so that a resumed run keeps the earlier
+    steps' metrics."""
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return Path(cfg.output_dir).absolute() / "verl-metrics" / f"{stamp}.jsonl"
+
+
 def launch_env(cfg: RLConfig, workdir: Path) -> dict[str, str]:
     """verl's file logger (JSONL metrics), our packages on the workers' import path, and on
     CPU the plugin's variables."""
     env = {
-        "VERL_FILE_LOGGER_PATH": str(workdir / "metrics.jsonl"),
+        "VERL_FILE_LOGGER_PATH": str(metrics_path(cfg)),
         "PYTHONPATH": str(_repo_root()),
     }
     if cfg.verl.device == "cpu":
@@ -503,6 +514,7 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
     if rows.heldout is not None:
         tables["data/heldout.parquet"] = rows.heldout
     write_job_dir(workdir, texts, tables)
+    Path(env["VERL_FILE_LOGGER_PATH"]).parent.mkdir(parents=True, exist_ok=True)
     return VerlRLJob(
         workdir=workdir,
         data=data,
@@ -513,7 +525,7 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
         command=tuple(command),
         env=tuple(env.items()),
         checkpoint_dir=out / "checkpoints",
-        metrics_file=workdir / "metrics.jsonl",
+        metrics_file=Path(env["VERL_FILE_LOGGER_PATH"]),
     )
 
 
