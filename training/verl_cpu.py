@@ -1,32 +1,34 @@
-"""verl 0.9.1's SFT trainer on CPU — for CPU tests and CI only; never load it where GPUs are.
+"""verl 0.9.1's trainers on CPU — for CPU tests and CI only; never load it where GPUs are.
 
 verl ships platforms for nvidia, huawei (npu) and amd only, and registers its FSDP training
-engine for devices ``cuda``/``npu``; on a machine without accelerators its SFT trainer falls back
-to the nvidia platform and fails (nccl, ``torch.cuda.set_device``, flash-attention). This module
+engine for devices ``cuda``/``npu``; on a machine without accelerators its trainers fall back
+to the nvidia platform and fail (nccl, ``torch.cuda.set_device``, flash-attention). This module
 is verl's own extension point for that: ``VERL_USE_EXTERNAL_MODULES=training.verl_cpu`` makes
-``verl/__init__.py`` import it in every verl process, and ``VERL_PLATFORM=cpu`` selects what it
-registers (:func:`cpu_env` gives both). With the platform selected, importing it
+``verl/__init__.py`` import it in every verl process (the torchrun SFT trainer's, and every Ray
+actor of the PPO trainer), and ``VERL_PLATFORM=cpu`` selects what it registers (:func:`cpu_env`
+gives both). With the platform selected, importing it
 
 * registers :class:`PlatformCPU` as verl platform ``cpu``: device ``cpu``, ``torch.cpu`` as the
-  device module (with the memory calls verl makes answered as zero/no-op), the ``gloo`` process
-  group, no-op profiling, no IPC; Ray resource ``CPU`` (only verl's Ray trainers ask for one —
-  the torchrun SFT trainer never does; their ``ResourcePoolManager`` counts GPUs only, so they
-  would need more than this module);
+  device module (with the memory and RNG-state calls verl makes answered), the ``gloo`` process
+  group, no-op profiling, no IPC; Ray resource ``GPU``, one per actor process (verl's
+  ``ResourcePoolManager`` counts GPUs only; :func:`rl_cpu_overrides` starts Ray with as many
+  logical GPUs);
 * registers verl's ``FSDPEngineWithLMHead`` for device ``cpu`` too (verl picks the engine by the
-  platform's device name);
+  platform's device name), and rollout ``astra_http`` (``training.rl.verl_rollout``: a vLLM-CPU
+  server process per replica, weights reloaded after every update);
 * makes two small patches, each one module attribute, where registration cannot help:
   ``torch.distributed.init_process_group`` reads the backend ``cpu:gloo,cpu:gloo`` (what verl
   asks for, ``cpu:gloo,{device}:{backend}``, on this platform; torch refuses it) as ``gloo``,
-  and the TRL
-  probe of ``verl.models.transformers.monkey_patch`` (verl imports TRL's value-head class, gone
-  from TRL 1.16, whenever TRL is installed — not a CPU matter: see :func:`_patch_trl_probe`).
+  and the TRL probe of ``verl.models.transformers.monkey_patch`` (verl imports TRL's value-head
+  class, gone from TRL 1.16, whenever TRL is installed — not a CPU matter: see
+  :func:`_patch_trl_probe`).
 
-The config changes verl needs on CPU (``trainer.device``, sdpa attention, fp32 compute, no
-dataloader workers) are Hydra overrides: :func:`cpu_overrides`.
+The config changes verl needs on CPU are Hydra overrides: :func:`cpu_overrides` (SFT) and
+:func:`rl_cpu_overrides` (PPO).
 
 On a machine where ``torch.cuda.is_available()`` it refuses: selecting it there raises (and
 logs) an error instead of quietly running a GPU job on the CPU. Importing it without
-``VERL_PLATFORM=cpu`` (e.g. for :func:`cpu_overrides`) registers and patches nothing.
+``VERL_PLATFORM=cpu`` (e.g. for its overrides) registers and patches nothing.
 """
 
 from __future__ import annotations
