@@ -41,7 +41,6 @@ STEPS = 3
 
 def _config(start: Path, data: Path, run: Path, **kw: Any) -> dict[str, Any]:
     return {
-        **kw,
         "backend": "verl",
         "model": str(start),
         "train_files": [str(data)],
@@ -60,6 +59,7 @@ def _config(start: Path, data: Path, run: Path, **kw: Any) -> dict[str, Any]:
             "max_response_tokens": 3072,
         },
         "verl": {"device": "cpu", "gpus_per_node": 1, "run": True},
+        **kw,
     }
 
 
