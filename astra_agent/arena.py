@@ -20,6 +20,7 @@ from typing import Any, Literal
 from astra_agent.config import read_text
 from astra_agent.environment import ToolResult, ToolSpec
 from astra_agent.errors import ConfigError
+from astra_agent.pysource import parse
 from astra_agent.sandbox import Sandbox, SandboxLimits
 from astra_agent.trajectory import Trajectory, jsonl_lines
 
@@ -81,7 +82,7 @@ def _json_field(raw: dict[str, Any], name: str, index: int, out: list[Problem]) 
 def _defines(source: str, name: str) -> str | None:
     """None if ``source`` compiles and defines ``name`` at top level, else the reason."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
         compile(tree, f"<tool {name}>", "exec")
     except SyntaxError as exc:
         return f"source of {name!r} does not compile: {exc.msg} (line {exc.lineno})"

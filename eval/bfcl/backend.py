@@ -34,6 +34,7 @@ from functools import cache
 from typing import Any
 
 from astra_agent.environment import Environment, ToolResult, ToolSpec
+from astra_agent.pysource import parse
 from eval.bfcl.official import Entry, openai_tools
 
 # What the official executor refuses by name (its wording is kept).
@@ -137,7 +138,7 @@ class Namespace:
             if head in BLOCKED:
                 raise Exception(f"Function call {head} is not allowed.")
             source = text.lstrip(" \t")  # as eval() does with a string
-            tree = ast.parse(source, "<string>", "eval")
+            tree = parse(source, "<string>", "eval")
             compile(tree, "<string>", "eval")  # the compiler's own syntax errors, as eval's
             return format_result(self._eval(tree.body))
         except Exception as exc:  # the official wording for any failure
@@ -241,7 +242,7 @@ def format_result(value: Any) -> str:
 def parse_call(text: str) -> tuple[str, list[Any], dict[str, Any]]:
     """``"f(1, b='x')"`` → ("f", [1], {"b": "x"}) with literals only (ast, never eval): for
     reading ground-truth calls."""
-    node = ast.parse(text.strip(), mode="eval").body
+    node = parse(text.strip(), mode="eval").body
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name | ast.Attribute):
         raise ValueError(f"not a function call: {text!r}")
     name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
