@@ -179,6 +179,19 @@ async def _run(loop: Any, row: dict[str, Any], params: dict[str, Any] | None = N
         await close_runtimes()
 
 
+def _generate(worker: Any, batch: Any) -> Any:
+    """verl's ``AgentLoopWorker.generate_sequences`` on ``batch``; this loop's sandboxes closed."""
+    from training.rl.verl_agent_loop import close_runtimes
+
+    async def go() -> Any:
+        try:
+            return await worker.generate_sequences(batch)
+        finally:
+            await close_runtimes()
+
+    return asyncio.run(go())
+
+
 # --------------------------------------------------------------------------- the agent loop
 
 
@@ -256,20 +269,12 @@ def test_parallel_calls_and_a_tool_error_through_verls_worker(
     from verl.protocol import DataProto
     from verl.utils.dataset.rl_dataset import collate_fn
 
-    from training.rl.verl_agent_loop import close_runtimes
-
     _, _, composed = verl_job
     server = FakeServerManager(tok, [PARALLEL, ANSWER])
     batch = DataProto.from_single_dict(collate_fn(_rows(tmp_path, [task])))
     worker = AgentLoopWorker(composed, server)
 
-    async def go() -> Any:
-        try:
-            return await worker.generate_sequences(batch)
-        finally:
-            await close_runtimes()
-
-    out = asyncio.run(go())
+    out = _generate(worker, batch)
     p = composed.actor_rollout_ref.rollout.prompt_length
     n = int(out.batch["attention_mask"][0, p:].sum())
     ids = out.batch["responses"][0, :n].tolist()
@@ -391,20 +396,14 @@ def test_verls_agent_loop_worker_pads_and_scores_our_samples(
     from verl.protocol import DataProto
     from verl.utils.dataset.rl_dataset import collate_fn
 
-    from training.rl.verl_agent_loop import REWARD_KEYS, close_runtimes
+    from training.rl.verl_agent_loop import REWARD_KEYS
 
     _, _, composed = verl_job
     rows = _rows(tmp_path, [task, _bad(task, tool_dict="{}")])
     batch = DataProto.from_single_dict(collate_fn(rows))
     worker = AgentLoopWorker(composed, FakeServerManager(tok, [CALL, ANSWER]))
 
-    async def go() -> Any:
-        try:
-            return await worker.generate_sequences(batch)
-        finally:
-            await close_runtimes()
-
-    out = asyncio.run(go())
+    out = _generate(worker, batch)
     prompt_len = composed.actor_rollout_ref.rollout.prompt_length
     assert out.batch["input_ids"].shape == (2, prompt_len + composed.data.max_response_length)
     lengths = out.batch["attention_mask"][:, prompt_len:].sum(-1)
