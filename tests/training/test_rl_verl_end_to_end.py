@@ -31,8 +31,7 @@ import pytest
 import yaml
 
 from tests.conftest import descendants_alive
-from tests.training.e2e import SFTRun, Stages, cli, serve_and_score
-from tests.training.test_rl_end_to_end import START_STEP, subset
+from tests.training.e2e import RLStart, Stages, cli, serve_and_score
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -135,11 +134,10 @@ def _console_steps(text: str) -> list[dict[str, float]]:
 
 
 @pytest.fixture(scope="module")
-def verl_run(sft_tiny: SFTRun, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def verl_run(rl_start_point: RLStart, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("rl-verl-e2e")
     stages = Stages()
-    start = sft_tiny.run / f"checkpoint-{START_STEP}"
-    data, run = subset(work / "tasks.jsonl"), work / "rl-run"
+    start, data, run = rl_start_point.checkpoint, rl_start_point.tasks_file, work / "rl-run"
     config, other = work / "rl-verl.yaml", work / "other.yaml"
     config.write_text(yaml.safe_dump(_config(start, data, run)))
     other.write_text(yaml.safe_dump(_config(start, data, run, learning_rate=1.0e-3)))
