@@ -43,6 +43,7 @@ from astra_agent.sandbox import Conduct, Sandbox
 _CONDUCT = ("forbidden_operation", "thread_left", "too_much_output")
 PROBES = (("zz-no-such-value", 987_654_321), ("qq-other-entry", 123_404_321))
 MATCH = AnswerMatch()
+MAX_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,9 @@ def holds_token(text: str, answer: str) -> bool:
     return bool(gold) and re.search(pattern, MATCH.norm(text)) is not None
 
 
-def _vary(value: Any, schema: Any, probe: tuple[str, int]) -> Any:
+def _vary(value: Any, schema: Any, probe: tuple[str, int], depth: int = 0) -> Any:
+    if depth > MAX_DEPTH:  # absurd nesting: left as it is (a blind call proves nothing then)
+        return value
     schema = schema if isinstance(schema, dict) else {}
     enum = schema.get("enum")
     if isinstance(enum, list):
@@ -73,11 +76,11 @@ def _vary(value: Any, schema: Any, probe: tuple[str, int]) -> Any:
     if isinstance(value, int | float):
         return probe[1]
     if isinstance(value, list):
-        return [_vary(v, schema.get("items"), probe) for v in value]
+        return [_vary(v, schema.get("items"), probe, depth + 1) for v in value]
     if isinstance(value, dict):
         props = schema.get("properties")
         props = props if isinstance(props, dict) else {}
-        return {k: _vary(v, props.get(k), probe) for k, v in value.items()}
+        return {k: _vary(v, props.get(k), probe, depth + 1) for k, v in value.items()}
     return value
 
 

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from astra_agent.sandbox import bwrap_available
+from eval.arenas.checks import blind_arguments
 from tests.training.test_synth_envs import MODEL, decomposition, env_config, read, write
 from training.synth.cli import synth_app
 from training.synth.envs.build import arena_record
@@ -54,6 +55,9 @@ def test_blind_call_varies_every_kind_of_value() -> None:
     assert "a" not in varied["ids"] and len(varied["ids"]) == 2 and varied["filt"]["n"] != 3
     assert varied["none"] is None
     assert probe_arguments({"type": "object", "properties": {}}, {}) == {}  # nothing to vary
+    # a probe value that holds the answer proves nothing: the other set, else no blind call
+    assert blind_arguments({}, {"q": "k"}, ["zz-no-such-value"]) == {"q": "qq-other-entry"}
+    assert blind_arguments({}, {"q": "k"}, ["zz-no-such-value", "qq-other-entry"]) is None
 
 
 @pytest.mark.integration
