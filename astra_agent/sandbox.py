@@ -86,11 +86,36 @@ ReplyKind = Literal["ok", "error", "timeout", "crash"]
 
 
 @dataclass(frozen=True)
+class Conduct:
+    """What tool code did that the sandbox contained without an error to show for it (one
+    call, or one tool's load): operations refused (``"network access"``, ``"starting
+    programs"``…: each once, even where the code caught the error), threads still running when
+    it returned, characters printed (kept or dropped). Reported by the episode process itself:
+    for judging generated code, not a security boundary."""
+
+    refused: tuple[str, ...] = ()
+    threads_left: int = 0
+    printed: int = 0
+
+    @classmethod
+    def parse(cls, raw: Any) -> Conduct:
+        if not isinstance(raw, dict):
+            return cls()
+        refused = raw.get("refused")
+        refused = refused if isinstance(refused, list) else []
+
+        counts = [raw.get("threads_left"), raw.get("printed")]
+        threads, printed = (n if type(n) is int and n > 0 else 0 for n in counts)
+        return cls(tuple(str(r)[:300] for r in refused[:16]), threads, printed)
+
+
+@dataclass(frozen=True)
 class SandboxReply:
     kind: ReplyKind
     value: Any = None
     output: str = ""
     error: str = ""
+    conduct: Conduct = Conduct()
 
     @property
     def ok(self) -> bool:
@@ -237,6 +262,7 @@ class Sandbox:
         self.limits = limits or SandboxLimits()
         self.unsafe = unsafe_no_sandbox
         self.load_errors: dict[str, str] = {}
+        self.load_conduct: dict[str, Conduct] = {}  # per tool, of the latest load (see Conduct)
         self.replacements = 0  # how many times state was discarded after a failed call
         self._skip: dict[str, str] = {}  # tools whose module code hung or crashed the load
         self._proc: asyncio.subprocess.Process | None = None
@@ -318,6 +344,9 @@ class Sandbox:
 
     def _take_load(self, reply: dict[str, Any]) -> None:
         self.load_errors = _str_dict(reply.get("errors"))
+        raw = reply.get("conduct")
+        conduct = raw if isinstance(raw, dict) else {}
+        self.load_conduct = {str(k): Conduct.parse(v) for k, v in conduct.items()}
         self._skip = _str_dict(reply.get("skip"))
 
     async def start(self) -> dict[str, str]:
@@ -386,7 +415,7 @@ class Sandbox:
         elif kind == "error" and r.get("traceback"):
             error = error + "\n" + str(r["traceback"]).strip()
         log.debug("sandbox call %s: %s in %.1f ms", name, kind, (time.monotonic() - t0) * 1e3)
-        return SandboxReply(kind, r.get("value"), output, error)
+        return SandboxReply(kind, r.get("value"), output, error, Conduct.parse(r.get("conduct")))
 
     async def reset(self) -> dict[str, str]:
         """Fresh state: a new episode forked from the pristine template, /tmp emptied."""

@@ -48,6 +48,10 @@ _SIGNALS = frozenset(int(s) for s in signal.valid_signals()) - {signal.SIGKILL, 
 _PRISTINE = {sig: h for sig in sorted(_SIGNALS) if (h := _signal.getsignal(sig)) is not None}
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _state = {"guard": False}
+# What the hook refused since the last report (a caught PermissionError leaves no other trace).
+_refused: list[str] = []
+_REFUSED_KEPT = 16
+THREAD_GRACE_S = 0.2  # a thread that was joined has ended at the OS level well within this
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
@@ -58,8 +62,10 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         path, mode = args[0], args[1]
         writing = isinstance(mode, str) and any(c in mode for c in "wax+")
         if writing and isinstance(path, str) and not os.path.abspath(path).startswith("/tmp/"):
-            why = f"writing outside /tmp ({path})"
+            why = f"writing outside /tmp ({path[:200]})"
     if why is not None:
+        if why not in _refused and len(_refused) < _REFUSED_KEPT:
+            _refused.append(why)
         raise PermissionError(f"{why} is not allowed in the sandbox")
 
 
@@ -128,9 +134,47 @@ def exc_text(exc: BaseException) -> str:
         return f"{type(exc).__name__}: <unprintable>"
 
 
-def _load(codes: dict[str, Any], skip: set[str], rep: int, cpu_s: int) -> dict[str, str]:
-    """Run each tool's module code (announcing it first, so a hang is pinned on the tool)."""
+def _threads() -> int:
+    """This process's threads (procfs counts them in the link count of its task directory)."""
+    try:
+        return os.stat("/proc/self/task").st_nlink - 2
+    except OSError:
+        return threading.active_count()
+
+
+def _threads_left() -> int:
+    """Threads besides this one still running. The kernel's count holds every live thread, and
+    for a moment also one that was joined (its Python state is gone first) or one just started
+    (its Python state has no frame yet): only while the two counts differ, wait (briefly)."""
+    deadline = time.monotonic() + THREAD_GRACE_S
+    while True:
+        alive = _threads() - 1
+        running = len(sys._current_frames()) - 1
+        if alive <= running or time.monotonic() >= deadline:
+            return max(alive, 0)
+        time.sleep(0.001)
+
+
+def _conduct(printed: int) -> dict[str, Any]:
+    """What the tool code did that the sandbox contained without an error to show for it:
+    operations the hook refused (since the last report) and characters printed (kept or
+    not); ``threads_left`` is added by :func:`_settle`. Empty when there is nothing."""
+    report: dict[str, Any] = {}
+    if _refused:
+        report["refused"] = list(_refused)
+        _refused.clear()
+    if printed:
+        report["printed"] = printed
+    return report
+
+
+def _load(
+    codes: dict[str, Any], skip: set[str], rep: int, cpu_s: int
+) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """Run each tool's module code (announcing it first, so a hang is pinned on the tool);
+    the load errors and each tool's conduct (see :func:`_conduct`) while it loaded."""
     errors: dict[str, str] = {}
+    conduct: dict[str, dict[str, Any]] = {}
     _funcs.clear()
     for name, code in codes.items():
         if name in skip:
@@ -138,6 +182,8 @@ def _load(codes: dict[str, Any], skip: set[str], rep: int, cpu_s: int) -> dict[s
         os.write(rep, encode_line({"loading": name}))
         namespace: dict[str, Any] = {"__name__": f"tool_{name}"}
         _cpu_budget(cpu_s)
+        _refused.clear()
+        sunk = _SINK.dropped
         _state["guard"] = True
         try:
             exec(code, namespace)
@@ -146,6 +192,11 @@ def _load(codes: dict[str, Any], skip: set[str], rep: int, cpu_s: int) -> dict[s
             continue
         finally:
             _state["guard"] = False
+            report = _conduct(_SINK.dropped - sunk)
+            if threads := _threads_left():
+                report["threads_left"] = threads
+            if report:
+                conduct[name] = report
             if not _drop_threads():  # threads it left at the process limit: disable this tool
                 os._exit(STUCK_EXIT)
         fn = namespace.get(name)
@@ -153,7 +204,7 @@ def _load(codes: dict[str, Any], skip: set[str], rep: int, cpu_s: int) -> dict[s
             _funcs[name] = fn
         else:
             errors[name] = f"the source does not define a function named {name!r}"
-    return errors
+    return errors, conduct
 
 
 _funcs: dict[str, Any] = {}
@@ -167,6 +218,7 @@ def _call(msg: dict[str, Any], cap: int, cpu_s: int) -> dict[str, Any]:
         return {"kind": "error", "error": f"no implementation loaded for tool {name!r}"}
     out = _CappedOutput(cap)
     _cpu_budget(cpu_s)
+    _refused.clear()
     sys.stdout = sys.stderr = out
     _state["guard"] = True
     try:
@@ -178,6 +230,7 @@ def _call(msg: dict[str, Any], cap: int, cpu_s: int) -> dict[str, Any]:
         _state["guard"] = False
         sys.stdout = sys.stderr = _SINK
     reply["output"] = out.text()
+    reply["printed"] = out.size + out.dropped  # replaced by the conduct report before sending
     return reply
 
 
@@ -208,13 +261,14 @@ def _reply_bytes(reply: dict[str, Any], cap: int) -> bytes:
     return data
 
 
-def _settle(rep: int, alone: bool) -> bool:
+def _settle(rep: int, alone: bool, report: dict[str, Any] | None = None) -> bool:
     """Leave nothing of this call armed: handlers, timers, threads, processes, pending signals.
 
     ``alone``: the sandbox's uid and pid namespace are the episode's own, so ``kill(-1)``
     reaches exactly the processes the call left (the caller excepted). False if this could not
     be done: threads left that the fork dropping them has no room for (at the process limit),
-    or anything else the tool broke; the episode is then replaced."""
+    or anything else the tool broke; the episode is then replaced. ``report`` (the call's
+    conduct) gets ``threads_left``, counted once signals are blocked and timers cancelled."""
     for _ in range(3):  # a handler the tool set may still run (and raise) until replaced
         with contextlib.suppress(BaseException):
             _signal.pthread_sigmask(_signal.SIG_BLOCK, _SIGNALS)
@@ -223,6 +277,8 @@ def _settle(rep: int, alone: bool) -> bool:
     try:
         for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
             signal.setitimer(timer, 0)
+        if report is not None and (threads := _threads_left()):
+            report["threads_left"] = threads
         dropped = _drop_threads()
         if alone:
             with contextlib.suppress(OSError):
@@ -250,11 +306,7 @@ def _restore_handlers() -> None:
 
 def _drop_threads() -> bool:
     """A fork keeps only this thread; the old process exits with the rest."""
-    try:  # procfs counts a process's threads in the link count of its task directory
-        threads = os.stat("/proc/self/task").st_nlink - 2
-    except OSError:
-        threads = threading.active_count()
-    if threads <= 1:
+    if _threads() <= 1:
         return True
     parent = os.getpid()
     try:
@@ -282,6 +334,14 @@ def _encoded(reply: dict[str, Any], cap: int) -> bytes:
         _state["guard"] = False
 
 
+def _with_conduct(data: bytes, report: dict[str, Any]) -> bytes:
+    """The reply line ``data`` with the conduct report added (rare: decoded again)."""
+    try:
+        return encode_line({**json.loads(data), "conduct": report})
+    except BaseException:  # not a JSON object line: cannot happen for our own encoding
+        return data
+
+
 STUCK = "left the sandbox in a state it cannot clean up (e.g. threads at the process limit)"
 STUCK_EXIT = 70  # the episode's exit code when module code did that
 
@@ -304,12 +364,13 @@ def _episode(req: int, rep: int, codes: dict[str, Any], cfg: dict[str, Any]) -> 
     inp = os.fdopen(req, "rb")
     first = json.loads(inp.readline())
     alone = cfg.get("uid") is not None and bool(cfg.get("own_pid_namespace"))
-    errors = _load(codes, set(first.get("skip") or ()), rep, cpu_s)
+    errors, conduct = _load(codes, set(first.get("skip") or ()), rep, cpu_s)
     if not _settle(rep, alone):
         os._exit(STUCK_EXIT)  # the supervisor disables the tool that was loading
-    os.write(rep, encode_line({"ready": True, "errors": errors}))
+    os.write(rep, encode_line({"ready": True, "errors": errors, "conduct": conduct}))
     for line in inp:
         seq = None
+        sunk = _SINK.dropped
         try:
             msg = json.loads(line)
             seq = msg.get("seq")
@@ -317,9 +378,14 @@ def _episode(req: int, rep: int, codes: dict[str, Any], cfg: dict[str, Any]) -> 
         except BaseException as exc:  # a malformed request must not end the episode
             reply = {"kind": "error", "error": f"worker: {exc_text(exc)}"}
         reply["seq"] = seq
-        data = _encoded(reply, cap)
-        if not _settle(rep, alone):  # the call, not the next one, fails (and ends the episode)
+        printed = reply.pop("printed", 0)
+        data = _encoded(reply, cap)  # may run tool code (and print to the sink)
+        report = _conduct(printed + _SINK.dropped - sunk)
+        # the call, not the next one, fails (and ends the episode)
+        if not _settle(rep, alone, report):
             data = encode_line({"seq": seq, "kind": "crash", "error": STUCK})
+        elif report:
+            data = _with_conduct(data, report)
         view = memoryview(data)
         while view:
             view = view[os.write(rep, view) :]

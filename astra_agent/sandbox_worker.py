@@ -37,14 +37,19 @@ re-forked from the zygote), and the verdict on timeouts, crashes and limits (the
 Wire protocol (one JSON object per line):
 
     host → {"op": "load", "seq": n, "tools": {name: source}, "skip": {name: error}}
-    host → {"op": "reset", "seq": n}       ← {"seq": n, "kind": "ok", "errors": {}, "skip": {}}
+    host → {"op": "reset", "seq": n}       ← {"seq": n, "kind": "ok", "errors": {}, "skip": {},
+                                                  "conduct": {name: report}}
     host → {"op": "call", "seq": n, "name": "t", "args": {...}}
-         ← {"seq": n, "kind": "ok", "value": ..., "output": "..."}
+         ← {"seq": n, "kind": "ok", "value": ..., "output": "...", "conduct"?: report}
          ← {"seq": n, "kind": "error" | "timeout" | "crash", "error": "...", "output": "..."}
 
 The isolation itself is bubblewrap's and the uid's (no network, no host files, no signals to
 others); the audit hook (processes, sockets, ctypes, signals, writes outside /tmp) only makes the
-errors readable.
+errors readable. What tool code tried and the sandbox contained without an error reaching the
+host (a refused operation inside ``try/except``, a thread left running, output beyond the cap)
+comes back as a ``conduct`` report (``refused``, ``threads_left``, ``printed``) of each call and
+of each tool's load: a report by code in the same process, for judging honest code (a checker
+of generated tools), not a security boundary.
 """
 
 from __future__ import annotations
@@ -240,9 +245,9 @@ class Supervisor:
         """Kill the episode, wipe /tmp, fork a fresh one and load the tools in it."""
         self.discard()
         self._wipe_tmp()
-        errors = self._start_episode()
+        errors, conduct = self._start_episode()
         all_errors = {**self.compile_errors, **self.skip, **errors}
-        return {"kind": "ok", "errors": all_errors, "skip": self.skip}
+        return {"kind": "ok", "errors": all_errors, "skip": self.skip, "conduct": conduct}
 
     def _fork_episode(self) -> _Episode:
         assert self.zygote is not None
@@ -266,7 +271,8 @@ class Supervisor:
         self.ep = _Episode(int(data), req_w, rep_r)
         return self.ep
 
-    def _start_episode(self) -> dict[str, str]:
+    def _start_episode(self) -> tuple[dict[str, str], dict[str, Any]]:
+        """A loaded episode: its load errors and the tools' conduct while loading."""
         for _ in range(len(self.codes) + 1):
             ep = self._fork_episode()
             current, why = None, ""
@@ -292,7 +298,9 @@ class Supervisor:
                 if isinstance(msg.get("loading"), str) and msg["loading"] in self.codes:
                     current, deadline = msg["loading"], time.monotonic() + self.load_s
                 elif msg.get("ready") is True and isinstance(msg.get("errors"), dict):
-                    return {str(k): str(v) for k, v in msg["errors"].items()}
+                    conduct = msg.get("conduct")
+                    errors = {str(k): str(v) for k, v in msg["errors"].items()}
+                    return errors, conduct if isinstance(conduct, dict) else {}
                 else:
                     why = "wrote to the protocol channel"
             self.discard()

@@ -188,7 +188,8 @@ def validate(
     unsafe_no_sandbox: Annotated[bool, typer.Option(help="No isolation (trusted code).")] = False,
 ) -> None:
     """Check every task: fields, schemas vs sources, and its reference chain in the sandbox
-    (every gold answer reached). Exit 1 if any task fails.
+    (every gold answer reached; none reached blind, without the task's values; no tool code
+    that tries what the sandbox refuses, leaves threads or floods output). Exit 1 if any fails.
 
     Example: astra-eval arenas validate eval/arenas/data/train.jsonl
     """

@@ -9,19 +9,14 @@ from typing import Any
 
 from pydantic import Field
 
-from astra_agent.arena import (
-    ArenaEnvironment,
-    ArenaTask,
-    LoadReport,
-    load_arena_file,
-    run_reference,
-)
+from astra_agent.arena import ArenaEnvironment, ArenaTask, LoadReport, load_arena_file
 from astra_agent.arena import trajectory_reward as reward_of
 from astra_agent.episode import EpisodeLimits, run_episode
 from astra_agent.errors import ConfigError
 from astra_agent.model import ChatModel
 from astra_agent.sandbox import SandboxLimits, bwrap_available
 from astra_agent.trajectory import Termination, Trajectory
+from eval.arenas.checks import task_findings
 from eval.results import EvalRecord
 from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
 
@@ -181,34 +176,25 @@ def _problems(report: LoadReport) -> str:
 async def validate_arenas(
     path: Path, sandbox: SandboxLimits | None = None, *, unsafe_no_sandbox: bool = False
 ) -> tuple[LoadReport, list[str], list[str]]:
-    """Load, then run each task's reference chain in the sandbox: all gold answers reached?
-    Returns the load report, failures and warnings found at run time."""
+    """Load, then run each task's reference chain in the sandbox: all gold answers reached,
+    and none of them reachable without the task (:mod:`eval.arenas.checks`: blind calls,
+    answers in arguments, code that tried what the sandbox refused, left threads running or
+    printed more than the sandbox keeps). Returns the load report, failures and warnings
+    found at run time."""
     report = load_tasks(path)
+    limits = sandbox or SandboxLimits()
     failures: list[str] = []
     warnings: list[str] = []
     for task in report.tasks:
-        async with ArenaEnvironment(task, sandbox, unsafe_no_sandbox=unsafe_no_sandbox) as env:
-            for name, why in env.sandbox.load_errors.items():
-                failures.append(
-                    f"record {task.index} ({task.task_id}): tool {name!r} does "
-                    f"not load in the sandbox: {why}"
-                )
+        where = f"record {task.index} ({task.task_id})"
+        async with ArenaEnvironment(task, limits, unsafe_no_sandbox=unsafe_no_sandbox) as env:
             if not task.reference:
-                warnings.append(
-                    f"record {task.index} ({task.task_id}): no reference chain, "
-                    "gold answers not checked"
-                )
+                failures += [
+                    f"{where}: tool {name!r} does not load in the sandbox: {why}"
+                    for name, why in env.sandbox.load_errors.items()
+                ]
+                warnings.append(f"{where}: no reference chain, gold answers not checked")
                 continue
-            reward, outputs = await run_reference(task, env)
-        if not reward.fully_solved:
-            missing = sorted(set(task.sub_qa) - set(reward.solved))
-            detail = "; ".join(
-                f"{c['name']} → {o[:120]!r}"
-                for c, o in zip(task.reference, outputs, strict=True)
-                if c["name"] in missing
-            )
-            failures.append(
-                f"record {task.index} ({task.task_id}): reference chain misses "
-                f"{', '.join(missing)}: {detail}"
-            )
+            found = await task_findings(task, env, limits.output_cap_chars)
+        failures += [f"{where}: {f}" for f in found]
     return report, failures, warnings

@@ -101,7 +101,7 @@ def test_static_and_schema_checks() -> None:
     assert "enum" in (schema_problem(params, {"city": "Oslo", "unit": "K"}) or "")
     assert "JSON schema" in (schema_problem({"type": "string"}, {}) or "")
     probe = probe_arguments(params, {"city": "Oslo", "n": 3, "unit": "C"})
-    assert probe["unit"] == "C" and probe["city"] != "Oslo" and probe["n"] != 3
+    assert probe["unit"] == "F" and probe["city"] != "Oslo" and probe["n"] != 3  # all varied
     assert holds_token('{"q": "x Sella-7"}', "sella-7") and not holds_token("ORD-1234", "3")
 
 

@@ -36,9 +36,12 @@ def _group() -> None:
 
 
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output directory of this stage.")]
-OverwriteOpt = Annotated[bool, typer.Option(help="Replace the outputs of an earlier run in --out.")]
+OverwriteOpt = Annotated[
+    bool | None, typer.Option(help="Replace the outputs of an earlier run in --out.")
+]
 ResumeOpt = Annotated[
-    bool, typer.Option(help="Continue an interrupted run in --out (same inputs and parameters).")
+    bool | None,
+    typer.Option(help="Continue an interrupted run in --out (same inputs and parameters)."),
 ]
 ShardOpt = Annotated[
     str | None,
@@ -73,6 +76,55 @@ def _options(model: type[BaseModel], **values: Any) -> Any:
         raise ConfigError(f"--{flag or 'options'}: {first['msg']}") from None
 
 
+def _given(**values: Any) -> dict[str, Any] | None:
+    """The flags of a nested config section that were given (a value of 0 too), or None."""
+    given = {k: v for k, v in values.items() if v is not None}
+    return given or None
+
+
+# Config fields whose flag is named otherwise (the rest: the field's own name, kebab-cased).
+_FLAGS = {
+    "sandbox.wall_seconds_per_call": "--call-timeout",
+    "min_scores": "--min-score",
+    "min_each": "--min-each",
+}
+
+
+def _flag_of(loc: tuple[Any, ...], overrides: dict[str, Any]) -> str | None:
+    """The flag that set the value at ``loc``, or None where no flag did (config, env)."""
+    value: Any = overrides
+    name = None
+    for part in loc:
+        if not isinstance(value, dict):
+            break  # inside a flag's value (an item of a list)
+        if value.get(part) is None:
+            return None
+        value, name = value[part], str(part)
+    if name is None:
+        return None
+    dotted = ".".join(map(str, loc))
+    alias = next((f for k, f in _FLAGS.items() if dotted == k or dotted.startswith(k + ".")), None)
+    return alias or "--" + name.replace("_", "-")
+
+
+def _load(
+    model: type[BaseModel], config: Path | None, overrides: dict[str, Any], *, env_prefix: str
+) -> Any:
+    """``load_config``; a bad flag value is refused in one line that names the flag."""
+    try:
+        return load_config(model, config, overrides, env_prefix=env_prefix)
+    except ConfigError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ValidationError):
+            for err in cause.errors():
+                flag = _flag_of(tuple(err["loc"]), overrides)
+                if flag is not None:
+                    shown = repr(err.get("input"))
+                    shown = shown if len(shown) <= 80 else shown[:80] + "…"
+                    raise ConfigError(f"{flag} {shown}: {err['msg']}") from None
+        raise
+
+
 def _summary(title: str, stats: StageStats, rows: list[tuple[str, Any]]) -> None:
     table = Table(title=title, show_header=False)
     table.add_column("what")
@@ -102,8 +154,8 @@ def pool(
         str | None, typer.Option(help="Domain of the servers of --mcp-config (it names none).")
     ] = None,
     shard: ShardOpt = None,
-    overwrite: OverwriteOpt = False,
-    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
 ) -> None:
     """The tool pool: every tool of MCP servers, one record each.
 
@@ -123,8 +175,8 @@ def pool(
             mcp_config=mcp_config,
             servers=servers,
             options=options,
-            overwrite=overwrite,
-            resume=resume,
+            overwrite=bool(overwrite),
+            resume=bool(resume),
             progress=hook,
         )
     rows: list[tuple[str, Any]] = [
@@ -152,8 +204,8 @@ def graph(
         bool, typer.Option(help="Pair tools of different domains too.")
     ] = False,
     shard: ShardOpt = None,
-    overwrite: OverwriteOpt = False,
-    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
 ) -> None:
     """The tool graph: edges "B can consume what A returns", from the schemas.
 
@@ -168,7 +220,9 @@ def graph(
         GraphOptions, min_score=min_score, across_domains=across_domains, shard=shard
     )
     with _bar("tools") as hook:
-        stats = build_graph(pool, out, options, overwrite=overwrite, resume=resume, progress=hook)
+        stats = build_graph(
+            pool, out, options, overwrite=bool(overwrite), resume=bool(resume), progress=hook
+        )
     rows: list[tuple[str, Any]] = [
         ("tools", stats.tools),
         ("edges", stats.edges),
@@ -192,8 +246,8 @@ def chains(
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same chains).")] = 0,
     min_length: Annotated[int, typer.Option(help="Tools per chain, at least.")] = 2,
     max_length: Annotated[int, typer.Option(help="Tools per chain, at most.")] = 5,
-    overwrite: OverwriteOpt = False,
-    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
 ) -> None:
     """Tool chains: distinct paths of 2-5 tools, by seeded weighted walks over the graph.
 
@@ -209,7 +263,7 @@ def chains(
     )
     with _bar("chains") as hook:
         stats = sample_chains(
-            graph, out, options, overwrite=overwrite, resume=resume, progress=hook
+            graph, out, options, overwrite=bool(overwrite), resume=bool(resume), progress=hook
         )
     rows: list[tuple[str, Any]] = [("chains", f"{stats.chains} of {stats.requested} asked")]
     if stats.possible is not None:
@@ -265,8 +319,8 @@ def tasks(
     ] = None,
     concurrency: Annotated[int | None, typer.Option(help="Chains at once (8).")] = None,
     shard: ShardOpt = None,
-    overwrite: OverwriteOpt = False,
-    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
 ) -> None:
     """Chains → OUT/tasks.jsonl: per chain and mode a teacher-written question that needs
     the chain without naming a tool, judged (1-5 on four scores) and filtered (named tools,
@@ -285,16 +339,16 @@ def tasks(
         "chains": chains,
         "pool": pool,
         "model": model_overrides(base_url, model, api_key, temperature),
-        "modes": [m.strip() for m in modes.split(",") if m.strip()] if modes else None,
-        "min_scores": parse_min_scores(min_score) if min_score else None,
-        "teacher": {"max_attempts": max_attempts} if max_attempts else None,
-        "resume": resume or None,
-        "overwrite": overwrite or None,
+        "modes": None if modes is None else [m.strip() for m in modes.split(",") if m.strip()],
+        "min_scores": None if min_score is None else parse_min_scores(min_score),
+        "teacher": _given(max_attempts=max_attempts),
+        "resume": resume,
+        "overwrite": overwrite,
         **{"min_mean": min_mean, "dedup_threshold": dedup_threshold, "shard": shard},
         **{"decontaminate": decontaminate, "decontam_threshold": decontam_threshold},
         "concurrency": concurrency,
     }
-    cfg = load_config(TasksConfig, config, overrides, env_prefix="ASTRA_SYNTH_TASKS_")
+    cfg = _load(TasksConfig, config, overrides, env_prefix="ASTRA_SYNTH_TASKS_")
     with _bar("chains") as hook:
         stats = asyncio.run(synth_tasks(cfg, hook))
     rows: list[tuple[str, Any]] = [("chains", stats.chains), ("questions kept", stats.questions)]
@@ -349,8 +403,8 @@ def decompose(
     ] = None,
     concurrency: Annotated[int | None, typer.Option(help="Questions at once (8).")] = None,
     shard: ShardOpt = None,
-    overwrite: OverwriteOpt = False,
-    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
 ) -> None:
     """Domains / seed questions → OUT/decompositions.jsonl: per question a teacher-written
     chain of 2-6 sub-questions with dependencies and short sub-answers, structurally checked
@@ -371,15 +425,15 @@ def decompose(
         "out": out,
         **{"domains": domains, "taxonomy": taxonomy, "seeds": seeds},
         "model": model_overrides(base_url, model, api_key, temperature),
-        "min_scores": parse_min_scores(min_score) if min_score else None,
-        "teacher": {"max_attempts": max_attempts} if max_attempts else None,
-        "resume": resume or None,
-        "overwrite": overwrite or None,
+        "min_scores": None if min_score is None else parse_min_scores(min_score),
+        "teacher": _given(max_attempts=max_attempts),
+        "resume": resume,
+        "overwrite": overwrite,
         **{"per_domain": per_domain, "min_steps": min_steps, "max_steps": max_steps},
         **{"min_overall": min_overall, "dedup_threshold": dedup_threshold, "shard": shard},
         "concurrency": concurrency,
     }
-    cfg = load_config(DecomposeConfig, config, overrides, env_prefix="ASTRA_SYNTH_DECOMPOSE_")
+    cfg = _load(DecomposeConfig, config, overrides, env_prefix="ASTRA_SYNTH_DECOMPOSE_")
     with _bar("questions") as hook:
         stats = asyncio.run(synth_decompose(cfg, hook))
     rows: list[tuple[str, Any]] = [
@@ -436,8 +490,8 @@ def interact(
     ] = None,
     concurrency: Annotated[int | None, typer.Option(help="Episodes at once (8).")] = None,
     shard: ShardOpt = None,
-    overwrite: OverwriteOpt = False,
-    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
 ) -> None:
     """Tasks → OUT/interactions.jsonl: per task one episode of the teacher as the agent, over
     live MCP servers (--mcp-config) or tools the teacher plays (--simulate), with failures
@@ -459,14 +513,14 @@ def interact(
         "tasks": tasks,
         "pool": pool,
         "model": model_overrides(base_url, model, api_key, temperature),
-        "teacher": {"max_attempts": max_attempts} if max_attempts else None,
-        "resume": resume or None,
-        "overwrite": overwrite or None,
+        "teacher": _given(max_attempts=max_attempts),
+        "resume": resume,
+        "overwrite": overwrite,
         **{"mcp_config": mcp_config, "simulate": simulate, "offer": offer, "seed": seed},
         **{"failure_rate": failure_rate, "max_steps": max_steps, "shard": shard},
         "concurrency": concurrency,
     }
-    cfg = load_config(InteractConfig, config, overrides, env_prefix="ASTRA_SYNTH_INTERACT_")
+    cfg = _load(InteractConfig, config, overrides, env_prefix="ASTRA_SYNTH_INTERACT_")
     with _bar("tasks") as hook:
         stats = asyncio.run(synth_interact(cfg, hook))
     rows: list[tuple[str, Any]] = [("tasks", stats.tasks), ("trajectories", stats.trajectories)]
@@ -508,8 +562,8 @@ def judge(
     ] = None,
     concurrency: Annotated[int | None, typer.Option(help="Trajectories at once (8).")] = None,
     shard: ShardOpt = None,
-    overwrite: OverwriteOpt = False,
-    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
 ) -> None:
     """Interactions → OUT/trajectories.jsonl: each trajectory scored 1-5 by the teacher on
     call conciseness, answer relevance, answer faithfulness, call success, plan quality,
@@ -528,13 +582,13 @@ def judge(
         "out": out,
         "interactions": interactions,
         "model": model_overrides(base_url, model, api_key, temperature),
-        "min_each": parse_min_each(min_each) if min_each else None,
-        "teacher": {"max_attempts": max_attempts} if max_attempts else None,
-        "resume": resume or None,
-        "overwrite": overwrite or None,
+        "min_each": None if min_each is None else parse_min_each(min_each),
+        "teacher": _given(max_attempts=max_attempts),
+        "resume": resume,
+        "overwrite": overwrite,
         **{"min_score": min_score, "shard": shard, "concurrency": concurrency},
     }
-    cfg = load_config(JudgeConfig, config, overrides, env_prefix="ASTRA_SYNTH_JUDGE_")
+    cfg = _load(JudgeConfig, config, overrides, env_prefix="ASTRA_SYNTH_JUDGE_")
     with _bar("trajectories") as hook:
         stats = asyncio.run(synth_judge(cfg, hook))
     rows: list[tuple[str, Any]] = [
@@ -590,8 +644,8 @@ def env_code(
     sandboxes: Annotated[int | None, typer.Option(help="Sandboxes at once (4).")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Records at once (8).")] = None,
     shard: ShardOpt = None,
-    overwrite: OverwriteOpt = False,
-    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
 ) -> None:
     """Decompositions → OUT/envs.jsonl: per sub-question that needs a tool, a teacher-written
     tool (schema, standard-library Python with its mock data, reference arguments), proven in
@@ -611,14 +665,14 @@ def env_code(
         "out": out,
         "decompositions": decompositions,
         "model": model_overrides(base_url, model, api_key, temperature),
-        "teacher": {"max_attempts": max_attempts} if max_attempts else None,
-        "sandbox": {"wall_seconds_per_call": call_timeout} if call_timeout else None,
-        "resume": resume or None,
-        "overwrite": overwrite or None,
+        "teacher": _given(max_attempts=max_attempts),
+        "sandbox": _given(wall_seconds_per_call=call_timeout),
+        "resume": resume,
+        "overwrite": overwrite,
         **{"max_retries": max_retries, "merge": merge, "probe": probe, "shard": shard},
         **{"sandboxes": sandboxes, "concurrency": concurrency},
     }
-    cfg = load_config(EnvCodeConfig, config, overrides, env_prefix="ASTRA_SYNTH_ENV_CODE_")
+    cfg = _load(EnvCodeConfig, config, overrides, env_prefix="ASTRA_SYNTH_ENV_CODE_")
     with _bar("records") as hook:
         stats = asyncio.run(synth_env_code(cfg, hook))
     rows: list[tuple[str, Any]] = [
@@ -659,8 +713,8 @@ def arenas(
     seed: Annotated[int | None, typer.Option(help="Seed of the split and the draws (0).")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Records validated at once (4).")] = None,
     shard: ShardOpt = None,
-    overwrite: OverwriteOpt = False,
-    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
 ) -> None:
     """Environments → ASTRA-RL arena records: each with distractors from other environments
     of its split (BM25 near and far bands, seeded), validated in the sandbox as `astra-eval
@@ -677,12 +731,12 @@ def arenas(
     overrides = {
         "out": out,
         "envs": envs,
-        "resume": resume or None,
-        "overwrite": overwrite or None,
+        "resume": resume,
+        "overwrite": overwrite,
         **{"near": near, "far": far, "near_pool": near_pool, "far_ratio": far_ratio},
         **{"heldout": heldout, "seed": seed, "concurrency": concurrency, "shard": shard},
     }
-    cfg = load_config(ArenaConfig, config, overrides, env_prefix="ASTRA_SYNTH_ARENAS_")
+    cfg = _load(ArenaConfig, config, overrides, env_prefix="ASTRA_SYNTH_ARENAS_")
     with _bar("records") as hook:
         stats = asyncio.run(build_arenas(cfg, hook))
     rows: list[tuple[str, Any]] = [
@@ -724,8 +778,8 @@ def confirm(
     ] = None,
     concurrency: Annotated[int | None, typer.Option(help="Batches at once (4).")] = None,
     shard: ShardOpt = None,
-    overwrite: OverwriteOpt = False,
-    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
 ) -> None:
     """Graph → a confirmed graph: the teacher reads the proposed edges in batches and says,
     per edge, whether B really consumes what A returns (with a reason). OUT is a graph
@@ -747,12 +801,12 @@ def confirm(
         "graph": graph,
         "pool": pool,
         "model": model_overrides(base_url, model, api_key, temperature),
-        "teacher": {"max_attempts": max_attempts} if max_attempts else None,
-        "resume": resume or None,
-        "overwrite": overwrite or None,
+        "teacher": _given(max_attempts=max_attempts),
+        "resume": resume,
+        "overwrite": overwrite,
         **{"batch": batch, "concurrency": concurrency, "shard": shard},
     }
-    cfg = load_config(ConfirmConfig, config, overrides, env_prefix="ASTRA_SYNTH_CONFIRM_")
+    cfg = _load(ConfirmConfig, config, overrides, env_prefix="ASTRA_SYNTH_CONFIRM_")
     with _bar("batches") as hook:
         stats = asyncio.run(synth_confirm(cfg, hook))
     rows: list[tuple[str, Any]] = [
@@ -805,8 +859,8 @@ def check_chains(
     ] = None,
     concurrency: Annotated[int | None, typer.Option(help="Chains at once (8).")] = None,
     shard: ShardOpt = None,
-    overwrite: OverwriteOpt = False,
-    resume: ResumeOpt = False,
+    overwrite: OverwriteOpt = None,
+    resume: ResumeOpt = None,
 ) -> None:
     """Chains → checked chains: per chain a teacher vote (a sensible task a real user would
     want?), then a back-translation (the teacher writes a request for the chain; a second
@@ -829,13 +883,13 @@ def check_chains(
         "chains": chains,
         "pool": pool,
         "model": model_overrides(base_url, model, api_key, temperature),
-        "teacher": {"max_attempts": max_attempts} if max_attempts else None,
-        "resume": resume or None,
-        "overwrite": overwrite or None,
+        "teacher": _given(max_attempts=max_attempts),
+        "resume": resume,
+        "overwrite": overwrite,
         **{"votes": votes, "vote_threshold": vote_threshold, "back_translate": back_translate},
         **{"max_offered": max_offered, "seed": seed, "concurrency": concurrency, "shard": shard},
     }
-    cfg = load_config(CheckChainsConfig, config, overrides, env_prefix="ASTRA_SYNTH_CHECK_CHAINS_")
+    cfg = _load(CheckChainsConfig, config, overrides, env_prefix="ASTRA_SYNTH_CHECK_CHAINS_")
     with _bar("chains") as hook:
         stats = asyncio.run(synth_check_chains(cfg, hook))
     share = f"{stats.kept_share:.0%}" if stats.kept_share is not None else "-"

@@ -20,10 +20,11 @@ For each environment (one unit), in the format of :mod:`astra_agent.arena` (what
 
 and ``task_id`` (the record id), ``domain``, ``answer`` (the final answer), ``split`` and
 ``provenance``. A record is kept only when it loads without a problem
-(:func:`~astra_agent.arena.parse_record`), every tool (distractors too) loads in the sandbox
-and the reference chain solves every sub-question there
-(:func:`~astra_agent.arena.run_reference`) — what ``astra-eval arenas validate`` checks;
-otherwise it is rejected as ``invalid_arena`` with the problem.
+(:func:`~astra_agent.arena.parse_record`), every tool (distractors too) loads in the sandbox,
+the reference chain solves every sub-question there, and no answer is reachable without the
+task nor any tool code misbehaves (:func:`eval.arenas.checks.task_findings`: blind calls,
+refused operations, threads left, output beyond the sandbox's cap) — what ``astra-eval arenas
+validate`` checks; otherwise it is rejected as ``invalid_arena`` with the problems.
 
 The split is by record id: the ``round(heldout × N)`` ids (at least one when ``heldout`` > 0
 and N ≥ 2) of the lowest ``sha256("<seed>:<id>")`` go to held-out. Output (``OUT``):
@@ -42,8 +43,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from astra_agent.arena import ArenaEnvironment, parse_record, run_reference
+from astra_agent.arena import ArenaEnvironment, parse_record
 from astra_agent.sandbox import SandboxLimits
+from eval.arenas.checks import task_findings
 from training.synth.envs.code import ENVS_FILE, EnvRecord
 from training.synth.envs.code import STAGE as ENV_CODE_STAGE
 from training.synth.envs.distract import DistractorIndex, Entry, Pick
@@ -197,18 +199,8 @@ async def arena_problem(record: ArenaRecordOut, limits: SandboxLimits) -> str | 
     if problems or task is None:
         return "; ".join(f"{p.field}: {p.message}" for p in problems)
     async with ArenaEnvironment(task, limits) as env:
-        errors = dict(env.sandbox.load_errors)
-        if errors:
-            return "; ".join(f"tool {n!r} does not load in the sandbox: {e}"
-                             for n, e in errors.items())  # fmt: skip
-        reward, outputs = await run_reference(task, env)
-    if reward.fully_solved:
-        return None
-    missing = sorted(set(task.sub_qa) - set(reward.solved))
-    shown = "; ".join(f"{c['name']} → {cut(o, 200)!r}"
-                      for c, o in zip(task.reference or [], outputs, strict=True)
-                      if c["name"] in missing)  # fmt: skip
-    return f"the reference chain misses {', '.join(missing)}: {shown}"
+        found = await task_findings(task, env, limits.output_cap_chars)
+    return "; ".join(cut(f, 600) for f in found) or None
 
 
 class ArenaStage:

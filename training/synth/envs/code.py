@@ -7,10 +7,13 @@ that needs a tool (``needs_tool`` not false), concurrently, the teacher writes a
 of that name holding its mock data, and the reference arguments of the call that answers the
 sub-question (from the sub-question or the earlier answers it depends on). The tool is kept
 only when :func:`~training.synth.envs.sandboxed.check_tool` accepts it — it compiles, imports
-the standard library only, loads and runs in the bubblewrap sandbox within the limits, and
-the reference call's output contains the sub-answer (and, with ``probe``, other arguments'
-does not). Otherwise the teacher is asked again with the failure (the sandbox's message, or
-"does not contain the sub-answer"), at most ``max_retries`` more times; then the record is
+the standard library only, loads and runs in the bubblewrap sandbox within the limits without
+trying what the sandbox refuses (even inside ``try/except``), leaving a thread running or
+printing more than ``sandbox.max_printed_chars``, and the reference call's output contains the
+sub-answer (and, with ``probe``, the same call made blind — the task's values in its arguments
+replaced, in a fresh state — does not, whatever the tool's signature). Otherwise the teacher
+is asked again with the failure (the sandbox's message, or "does not contain the
+sub-answer"), at most ``max_retries`` more times; then the record is
 rejected with that failure's reason (one rejection per failing sub-question, id
 ``<record>/<sub-question>``, the last reply kept). A reply that is not the requested JSON in
 ``teacher.max_attempts`` tries rejects it as ``env_code:<problem>``; a record with no step
@@ -131,8 +134,10 @@ class CheckLimits(SandboxLimits):
     """The sandbox's limits while a tool is checked: a mock-data lookup that needs seconds is
     broken, so the time limits are shorter than an episode's."""
 
-    wall_seconds_per_call: float = Field(5.0, gt=0)
-    load_seconds_per_tool: float = Field(5.0, gt=0)
+    wall_seconds_per_call: float = Field(5.0, gt=0, le=600, allow_inf_nan=False)
+    load_seconds_per_tool: float = Field(5.0, gt=0, le=600, allow_inf_nan=False)
+    # A tool returns its result; what it prints (at load or per call) beyond this is refused.
+    max_printed_chars: int = Field(8192, ge=0)
 
 
 class EnvCodeConfig(BaseModel):
@@ -151,7 +156,7 @@ class EnvCodeConfig(BaseModel):
     # serves k sub-questions is one required tool but k calls, and a model that does everything
     # right scores 2T/(T+S) < 1 (T tools, S reference calls). Merge for tool-pool realism only.
     merge: MergeMode = Field("off", description="teacher (rule, then teacher), rule, or off")
-    probe: bool = Field(True, description="refuse tools that give the answer for any argument")
+    probe: bool = Field(True, description="refuse tools that give the answer without the task")
     sandbox: CheckLimits = Field(default_factory=CheckLimits)
     sandboxes: int = Field(4, ge=1, description="sandboxes running at once")
     feedback_chars: int = Field(6000, ge=200, description="of the rejected attempt, sent back")
@@ -245,7 +250,8 @@ class EnvCodeStage:
     async def check(self, tool: EnvTool, calls: Sequence[Call]) -> list[str] | Failure:
         return await check_tool(
             tool.name, tool.source, tool.parameters, calls,
-            limits=self.cfg.sandbox, probe=self.cfg.probe, slots=self.slots,
+            limits=self.cfg.sandbox, probe=self.cfg.probe,
+            max_printed=self.cfg.sandbox.max_printed_chars, slots=self.slots,
         )  # fmt: skip
 
     def _reject(self, d: Decomposition, rid: str, reason: str, detail: str, **kw: Any) -> Rejection:

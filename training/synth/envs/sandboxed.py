@@ -16,13 +16,21 @@ data at module level). :func:`check_tool` accepts it only when, cheapest first,
     source loads, and each reference call, in order, returns without error in time: network,
     processes and writes outside ``/tmp`` are refused there, and the sandbox's message is what
     the failure says;
+``forbidden_operation`` / ``thread_left`` / ``too_much_output``
+    neither its load nor any call (the probe's too) tried an operation the sandbox refused —
+    even one whose error the code caught and went on —, left a thread running, or printed more
+    than ``max_printed`` characters (the sandbox's conduct report,
+    :func:`eval.arenas.checks.conduct_finding`);
 ``no_answer``
     each call's output (the text the model would read) contains its sub-answer, as the arena
     reward matches it (:class:`~astra_agent.arena.AnswerMatch`);
-``answer_for_other_arguments``
-    with ``probe``: in a fresh state, the same calls with every free string and number
-    argument replaced by a value the mock data cannot know do *not* return the answer, as a
-    whole word or number (a tool that returns it whatever it is given would reward guessing).
+``answer_for_other_arguments`` / ``answer_without_arguments``
+    with ``probe``: each call's *blind call* — in a fresh state, every value of the task in its
+    arguments replaced (strings, numbers, booleans, enum choices, inside arrays and objects
+    too) — does *not* return its sub-answer as a whole word or number
+    (:func:`eval.arenas.checks.blind_call`). Whatever its signature: a tool with nothing to
+    vary (no parameters, only a boolean…) that returns the sub-answer returns it to anyone,
+    so it cannot be the tool of a sub-question (``answer_without_arguments``).
 """
 
 from __future__ import annotations
@@ -42,6 +50,27 @@ from astra_agent.arena import AnswerMatch
 from astra_agent.environment import ToolSpec
 from astra_agent.errors import ConfigError
 from astra_agent.sandbox import Sandbox, SandboxLimits, bwrap_available
+from eval.arenas.checks import (
+    Finding,
+    answer_in_arguments,
+    blind_call,
+    conduct_finding,
+    holds_token,
+    vary_arguments,
+)
+
+__all__ = [
+    "Call",
+    "EnvTool",
+    "Failure",
+    "check_tool",
+    "cut",
+    "holds_token",
+    "probe_arguments",
+    "require_sandbox",
+    "schema_problem",
+    "static_problem",
+]
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 _NAME = re.compile(NAME_PATTERN)
@@ -54,8 +83,6 @@ JSON_TYPES: dict[str, tuple[type, ...]] = {
     "object": (dict,),
     "null": (type(None),),
 }
-PROBE_TEXT = "zz-no-such-value"
-PROBE_NUMBER = 987_654_321
 OUTPUT_KEEP = 2000  # of each reference call's output, kept in the record
 MATCH = AnswerMatch()
 
@@ -85,13 +112,9 @@ class Call:
     answer: str
 
 
-@dataclass(frozen=True)
-class Failure:
-    """Why a tool was refused: a fixed ``reason`` code and the message (the sandbox's own
-    where the sandbox refused it), which is also what the teacher is told on a retry."""
-
-    reason: str
-    message: str
+# Why a tool was refused: a fixed ``reason`` code and the message (the sandbox's own where the
+# sandbox refused it), which is also what the teacher is told on a retry.
+Failure = Finding
 
 
 # ------------------------------------------------------------------ cheap checks
@@ -181,27 +204,9 @@ def static_problem(name: str, source: str) -> Failure | None:
 
 
 def probe_arguments(parameters: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
-    """``arguments`` with every free string and number (not an enum's) replaced by a value
-    that no mock data holds; equal to ``arguments`` when there is nothing to replace."""
-    props = parameters.get("properties") or {}
-    out = dict(arguments)
-    for name, value in arguments.items():
-        prop = props.get(name) if isinstance(props, dict) else None
-        if isinstance(prop, dict) and "enum" in prop:
-            continue
-        if isinstance(value, str):
-            out[name] = PROBE_TEXT
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            out[name] = PROBE_NUMBER
-    return out
-
-
-def holds_token(text: str, answer: str) -> bool:
-    """Does ``text`` hold ``answer`` as the arena matcher normalises them, and not inside a
-    longer word or number ("3" is not in "ORD-1234")?"""
-    gold = MATCH.norm(answer.strip(MATCH.strip_chars))
-    pattern = rf"(?<![^\W_]){re.escape(gold)}(?![^\W_])"
-    return bool(gold) and re.search(pattern, MATCH.norm(text)) is not None
+    """The blind call's arguments (:func:`eval.arenas.checks.vary_arguments`): every value of
+    the task replaced; equal to ``arguments`` when there is nothing to replace."""
+    return vary_arguments(parameters, arguments)
 
 
 def cut(text: str, limit: int) -> str:
@@ -221,13 +226,21 @@ def require_sandbox() -> None:
 
 
 async def _sandbox_calls(
-    name: str, source: str, calls: Sequence[Call], parameters: dict[str, Any],
-    limits: SandboxLimits, probe: bool,
-) -> list[str] | Failure:  # fmt: skip
+    name: str,
+    source: str,
+    calls: Sequence[Call],
+    parameters: dict[str, Any],
+    limits: SandboxLimits,
+    probe: bool,
+    max_printed: int,
+) -> list[str] | Failure:
     async with Sandbox({name: source}, limits) as sandbox:
         if name in sandbox.load_errors:
             why = f"the tool does not load in the sandbox: {sandbox.load_errors[name]}"
             return Failure("load_failed", why)
+        loaded = sandbox.load_conduct.get(name)
+        if loaded and (found := conduct_finding(loaded, f"loading {name}", max_printed)):
+            return found
         outputs: list[str] = []
         for call in calls:
             reply = await sandbox.call(name, call.arguments)
@@ -238,28 +251,22 @@ async def _sandbox_calls(
                 )
                 why = f"calling {name}({args}) failed in the sandbox: {cut(reply.error, 1500)}"
                 return Failure(reason, why)
+            if found := conduct_finding(reply.conduct, f"calling {name}({args})", max_printed):
+                return found
             text = reply.text()
             if not MATCH.found(call.answer, text):
-                why = (f"the output of {name}({args}) does not contain the sub-answer "
-                       f"{call.answer!r}: {cut(text, 600)}")  # fmt: skip
+                why = (
+                    f"the output of {name}({args}) does not contain the sub-answer "
+                    f"{call.answer!r}: {cut(text, 600)}"
+                )
                 return Failure("no_answer", why)
             outputs.append(text)
-        if probe:
-            await sandbox.reset()
-            for call in calls:
-                other = probe_arguments(parameters, call.arguments)
-                if other == call.arguments:
-                    continue
-                if holds_token(json.dumps(other, ensure_ascii=False), call.answer):
-                    continue  # the probe's own values hold the answer: it proves nothing
-                reply = await sandbox.call(name, other)
-                if reply.ok and holds_token(reply.text(), call.answer):
-                    args = json.dumps(other, ensure_ascii=False)
-                    why = (
-                        f"{name}({args}) also returns the sub-answer {call.answer!r}: the "
-                        "tool must find it from the right arguments, not return it for any"
-                    )
-                    return Failure("answer_for_other_arguments", why)
+        for call in calls if probe else ():
+            found = await blind_call(
+                sandbox, name, parameters, call.arguments, [call.answer], max_printed
+            )
+            if found:
+                return found
         return outputs
 
 
@@ -271,9 +278,11 @@ async def check_tool(
     *,
     limits: SandboxLimits,
     probe: bool = True,
+    max_printed: int | None = None,
     slots: asyncio.Semaphore | None = None,
 ) -> list[str] | Failure:
-    """Every check of the module, cheapest first: each call's output (cut), or the failure."""
+    """Every check of the module, cheapest first: each call's output (cut), or the failure.
+    ``max_printed``: characters a load or a call may print (default: the sandbox's cap)."""
     if not _NAME.match(name):
         return Failure("bad_schema", f"the tool name {name!r} is not an identifier")
     for call in calls:
@@ -284,13 +293,17 @@ async def check_tool(
     if static:
         return static
     for call in calls:
-        if holds_token(json.dumps(call.arguments, ensure_ascii=False), call.answer):
-            why = (f"the arguments of the call for {call.subquestion} contain its answer "
-                   f"{call.answer!r}: the tool must find it, not be given it")  # fmt: skip
+        if answer_in_arguments(call.arguments, [call.answer]) is not None:
+            why = (
+                f"the arguments of the call for {call.subquestion} contain its answer "
+                f"{call.answer!r}: the tool must find it, not be given it"
+            )
             return Failure("answer_in_arguments", why)
+    bound = limits.output_cap_chars if max_printed is None else max_printed
+    run = _sandbox_calls(name, source, calls, parameters, limits, probe, bound)
     if slots is None:
-        result = await _sandbox_calls(name, source, calls, parameters, limits, probe)
+        result = await run
     else:
         async with slots:
-            result = await _sandbox_calls(name, source, calls, parameters, limits, probe)
+            result = await run
     return result if isinstance(result, Failure) else [cut(o, OUTPUT_KEEP) for o in result]

@@ -20,8 +20,14 @@ broken code — ``syntax``, ``loop`` (never returns), ``socket`` (network), ``wr
 outside ``/tmp``), ``subprocess``, ``import`` (a module outside the standard library),
 ``wrong`` (output without the sub-answer), ``constant`` (the answer for any argument),
 ``echo`` (the answer passed in the arguments), ``greedy`` (a good tool that answers unknown
-keys with a non-error value: it defeats the merge rule's dispatcher). ``[plant:merge_wrong]``
-makes ``merge`` leave that call's answer out of the merged table.
+keys with a non-error value: it defeats the merge rule's dispatcher); constant answers with
+nothing to vary: ``noargs`` (no parameter), ``flag`` (one boolean), ``pick`` (a two-value
+enum), ``items`` (an array of strings); misconduct around a good lookup: ``socket_caught``,
+``subprocess_caught``, ``system_caught`` (tried inside ``try/except``, the error swallowed),
+``thread`` (a spinning thread left behind), ``flood`` (prints 100 MB per call),
+``flood_load`` (prints 50 MB at import); and good tools that must pass: ``joined`` (a thread
+started and joined), ``chatty`` (prints a line), ``tmpfile`` (writes to ``/tmp``).
+``[plant:merge_wrong]`` makes ``merge`` leave that call's answer out of the merged table.
 """
 
 from __future__ import annotations
@@ -96,9 +102,60 @@ PARAMETERS = {
 }
 
 
+def _constant(kind: str, name: str, answer: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """A tool of ``kind`` whose output is ``answer`` whatever its (few) arguments."""
+    shapes: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+        "noargs": ("", {}, {}),
+        "flag": ("detailed=False", {"detailed": {"type": "boolean"}}, {"detailed": True}),
+        "pick": (
+            "kind",
+            {"kind": {"type": "string", "enum": ["current", "latest"]}},
+            {"kind": "current"},
+        ),
+        "items": (
+            "ids",
+            {"ids": {"type": "array", "items": {"type": "string"}}},
+            {"ids": ["a-1", "b-2"]},
+        ),
+    }
+    signature, props, arguments = shapes[kind]
+    code = f"def {name}({signature}):\n    return {{'result': {answer!r}}}\n"
+    return code, {"type": "object", "properties": props, "required": list(props)}, arguments
+
+
+_WRAP = {  # misconduct around a good lookup: (imports, a statement in the function)
+    "socket_caught": ("import socket", "socket.create_connection(('203.0.113.7', 80), 1)"),
+    "subprocess_caught": ("import subprocess", "subprocess.run(['true'])"),
+    "system_caught": ("import os", "os.system('true')"),
+    "thread": (
+        "import threading",
+        "threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()",
+    ),
+    "flood": ("", "print('x' * (100 << 20))"),
+    "joined": (
+        "import threading",
+        "t = threading.Thread(target=sum, args=([1, 2],)); t.start(); t.join()",
+    ),
+    "chatty": ("", "print('looking up', query)"),
+    "tmpfile": ("", "open('/tmp/seen', 'a').write(str(query))"),
+}
+
+
+def _wrapped(kind: str, name: str, key: str, answer: str) -> str:
+    """The good lookup of ``key`` with ``_WRAP[kind]`` done first (its error swallowed)."""
+    imports, statement = _WRAP[kind]
+    inner = table_code(f"_{name}", {key: answer})
+    return (
+        f"{imports}\n{inner}\n\ndef {name}(query):\n    try:\n        {statement}\n"
+        f"    except Exception:\n        pass\n    return _{name}(query)\n"
+    )
+
+
 def _planted(kind: str, name: str, key: str, answer: str) -> tuple[str, dict[str, Any]]:
     """Broken or hostile code of ``kind`` and the arguments it comes with."""
     good = table_code(name, {key: answer})
+    if kind in _WRAP:
+        return _wrapped(kind, name, key, answer), {"query": key}
     head = f"def {name}(query):\n"
     bodies = {
         "syntax": head + "    return {'result': (\n",
@@ -116,6 +173,7 @@ def _planted(kind: str, name: str, key: str, answer: str) -> tuple[str, dict[str
         "constant": head + f"    return {{'query': query, 'result': {answer!r}}}\n",
         "echo": head + "    return {'result': str(query)}\n",
         "greedy": table_code(name, {key: answer}, errors=False),
+        "flood_load": "print('y' * (50 << 20))\n" + good,
     }  # fmt: skip
     arguments = {"query": f"{key} {answer}" if kind == "echo" else key}
     return bodies.get(kind, good), arguments
@@ -129,14 +187,18 @@ def _env_code(text: str) -> dict[str, Any]:
     name = tool_name(question)
     key = lookup_key(question, answer, inputs)
     code, arguments = table_code(name, {key: answer}), {"query": key}
+    parameters = PARAMETERS
     plant = PLANT_TOKEN.search(question)
     if plant and (plant.group(2) is None or attempt <= int(plant.group(2))):
-        code, arguments = _planted(plant.group(1), name, key, answer)
+        if plant.group(1) in ("noargs", "flag", "pick", "items"):
+            code, parameters, arguments = _constant(plant.group(1), name, answer)
+        else:
+            code, arguments = _planted(plant.group(1), name, key, answer)
     return {
         "name": name,
         "description": f"Look up one entry of the {name.removeprefix('lookup_')} records "
         "by its key.",
-        "parameters": PARAMETERS,
+        "parameters": parameters,
         "code": code,
         "arguments": arguments,
     }
