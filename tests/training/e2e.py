@@ -21,6 +21,10 @@ RL_RECIPE = REPO / "training" / "recipes" / "rl-tiny-cpu.yaml"
 EVAL_ENV = {"ASTRA_EVAL_MODEL__MAX_TOKENS": "256"}
 # The SFT run keeps a checkpoint every 200 steps: the RL proof starts from one (600) that
 # solves the training tasks greedily but only part of the time when sampling at temperature 1.
+# A bound on one training command, far above what it takes (the SFT run ≈6.5 min, the RL proof
+# ≈13 min alone on 2 cores): with the other xdist worker busy, or a slow CI machine, they take
+# longer, and a timeout would only turn a slow run into a failure.
+TRAIN_TIMEOUT_S = 3600
 SFT_KEEP = {"ASTRA_TRAIN_SAVE_TOTAL_LIMIT": "5", "ASTRA_TRAIN_SAVE_STEPS": "200"}
 
 
@@ -97,7 +101,7 @@ def run_sft(root: Path, train_results: Path) -> SFTRun:
     with stages.run("sft (TRL, CPU)"):
         out = cli("training.cli", "sft", "--config", str(SFT_RECIPE), "--model", str(random),
                   "--train-file", str(data / "sft.parquet"), "--output-dir", str(run),
-                  env=SFT_KEEP)  # fmt: skip
+                  env=SFT_KEEP, timeout=TRAIN_TIMEOUT_S)  # fmt: skip
     stats = json.loads((data / "stats.json").read_text())
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     return SFTRun(random, data, run, out.stdout, stats, metrics, stages)
