@@ -471,6 +471,7 @@ def general(
     overwrite: Annotated[
         bool, typer.Option(help="Replace results in --out (no --resume: lm-eval scores at end).")
     ] = False,
+    retry_errors: RetryOpt = False,
 ) -> None:
     """Run lm-eval generation tasks (general ability: arithmetic, GSM8K, AIME) against the
     endpoint through lm-eval's chat-completions backend; the answer after </think> is scored.
@@ -496,7 +497,12 @@ def general(
             "out": out,
             "tasks": _names("--tasks", tasks, "astra_arith,gsm8k"),
             "include_path": include_path or None,
-            **_runner_overrides(limit=limit, concurrency=concurrency, overwrite=overwrite or None),
+            **_runner_overrides(
+                limit=limit,
+                concurrency=concurrency,
+                overwrite=overwrite or None,
+                retry_errors=retry_errors or None,
+            ),
             "model": model_overrides(base_url, model, api_key, temperature, max_tokens=max_tokens),
         },
         env_prefix="ASTRA_EVAL_",
@@ -510,8 +516,14 @@ def general(
         for name, value in metrics.items():
             table.add_row(escape(task), escape(name), f"{value:.4f}")
     console.print(table)
+    for note in summary.get("notes") or []:
+        console.print(f"note: {escape(note)}")
     if summary["errors"]:
-        console.print(f"{summary['errors']} sample(s) got no usable reply (see results.jsonl)")
+        console.print(
+            f"{summary['errors']} of {summary['samples']} sample(s) got no usable reply "
+            "(inference errors, left out of the metrics; see results.jsonl): "
+            "--retry-errors re-runs them"
+        )
     aime = summary["published"]["AIME"]
     console.print(
         f"published AIME (paper): {' / '.join(f'{x:.2f}' for x in aime['figures'])} for "
