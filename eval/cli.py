@@ -532,6 +532,9 @@ def general(
     console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
 
 
+_RUN_HINT = "the problems above say what could not be read; pass runs that hold results"
+
+
 @app.command("report")
 @cli_errors
 def report(
@@ -563,10 +566,14 @@ def report(
             failed.append(exc)
             err_console.print(f"[red]skipped:[/] {escape(exc.message)}")
             continue
-        runs.append(run)
         size = f"{len(run.records)} records" if run.is_eval else f"{len(run.metrics)} steps"
-        state = " [yellow](partial)[/]" if run.partial else ""
-        console.print(f"loaded {escape(run.name)} ({run.kind}): {size}{state}")
+        if run.usable:
+            runs.append(run)
+            state = " [yellow](partial)[/]" if run.partial else ""
+            console.print(f"loaded {escape(run.name)} ({run.kind}): {size}{state}")
+        else:
+            failed.append(ConfigError(f"{path} ({run.kind}) holds nothing usable", hint=_RUN_HINT))
+            err_console.print(f"[red]skipped:[/] {escape(run.name)} ({run.kind}): nothing usable")
         for problem in run.problems:
             err_console.print(f"  [yellow]{escape(problem)}[/]")
     if not runs:

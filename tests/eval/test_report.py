@@ -145,6 +145,7 @@ def test_every_kind_renders_side_by_side(tmp_path: Path) -> None:
             "index": i,
             "prompt": "1+1?",
             "response": "2",
+            "answer": "2",
             "extracted": "2",
             "target": "2",
             "exact_match": 1.0,
