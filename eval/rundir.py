@@ -65,6 +65,7 @@ _HINT = (
     "metrics.jsonl)"
 )
 _FIRST_LINE_LIMIT = 64 << 20  # detection reads one record at most this long
+_REASONS = 20  # reasons for skipped lines named per file; the rest are counted
 
 
 @dataclass(frozen=True)
@@ -244,10 +245,15 @@ class _Lines:
                 f"{name}: the last line is cut off (a run still writing, or killed "
                 "mid-write): left out"
             )
-        for reason, lines in self.bad.items():
+        reasons = list(self.bad.items())
+        for reason, lines in reasons[:_REASONS]:
             shown = ", ".join(map(str, lines[:5])) + (", …" if len(lines) > 5 else "")
             what = "line" if len(lines) == 1 else f"{len(lines)} lines"
             out.append(f"{name}: {what} {reason} (line {shown}): skipped")
+        if rest := sum(len(lines) for _, lines in reasons[_REASONS:]):
+            out.append(
+                f"{name}: {rest} more line(s) skipped for {len(reasons) - _REASONS} other reasons"
+            )
         return out
 
 
@@ -297,15 +303,19 @@ def record_class(kind: RunKind) -> type[EvalRecord]:
     return cast(type[EvalRecord], type(base.__name__, (base,), {"model_config": config}))
 
 
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def _invalid(what: str, exc: ValidationError) -> str:
     """Why an object is not ``what``, in a few words (the same words for the same fault, so
     that lines with one fault are named together)."""
     errors = exc.errors()
     missing = [".".join(map(str, e["loc"])) for e in errors if e["type"] == "missing"]
     if len(missing) == len(errors):
-        return f"lacks the {what} fields ({', '.join(missing)})"
+        return f"lacks the {what} fields ({_cut(', '.join(missing), 200)})"
     first = next(e for e in errors if e["type"] != "missing")
-    where = ".".join(map(str, first["loc"])) or "the record"
+    where = _cut(".".join(map(str, first["loc"])) or "the record", 120)
     more = f" and {len(errors) - 1} more" if len(errors) > 1 else ""
     article = "an" if what[0] in "aeiou" else "a"
     return f"is not {article} {what} ({where}: {first['msg']}{more})"

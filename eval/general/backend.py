@@ -207,7 +207,6 @@ class AstraChatLM(LocalChatCompletion):
         self.prompts: dict[tuple[str, int], str] = {}  # the chat prompt (JSON), per sample
         self.started = False  # set by the first request lm-eval runs (tasks are loaded then)
         self.answered = 0  # requests the endpoint answered with a chat completion
-        self.unusable = 0  # requests answered, after the retries, with no chat completion
         self.died: EndpointDied | None = None
         self._paused_until = 0.0  # monotonic time before which no request is sent
 
@@ -278,7 +277,6 @@ class AstraChatLM(LocalChatCompletion):
         error = _describe(exc, self._timeout_s)
         tries = f"{attempt + 1} tr{'y' if attempt == 0 else 'ies'}"
         log.warning("%s: %s (%s): recorded as an inference error", self.base_url, error, tries)
-        self.unusable += 1
         return error
 
     async def amodel_call(self, *args: Any, **kwargs: Any) -> Any:

@@ -132,9 +132,11 @@ def _answers(right_below: int) -> Callable[[dict[str, Any]], Reply]:
     return script
 
 
-def _bad_then_good(bad: Reply, attempts: dict[int, int]) -> Callable[[dict[str, Any]], Reply]:
-    """Sample 0 is always answered with ``bad``; sample 1 once with ``bad``, then rightly;
-    samples 2-3 rightly, the others wrongly."""
+def _bad_then_good(
+    bad: Reply, attempts: dict[int, int], always: tuple[int, ...] = (0,)
+) -> Callable[[dict[str, Any]], Reply]:
+    """The samples ``always`` are always answered with ``bad``; sample 1 once with ``bad``,
+    then rightly; the others rightly below 4, wrongly from 4 on."""
     lock = threading.Lock()
     good = _answers(4)
 
@@ -143,7 +145,7 @@ def _bad_then_good(bad: Reply, attempts: dict[int, int]) -> Callable[[dict[str, 
         with lock:
             attempts[i] = attempts.get(i, 0) + 1
             n = attempts[i]
-        return bad if i == 0 or (i == 1 and n == 1) else good(req)
+        return bad if i in always or (i == 1 and n == 1) else good(req)
 
     return script
 
@@ -163,8 +165,8 @@ def test_a_reply_that_is_not_a_chat_completion_is_an_error_not_a_wrong_answer(
     env = {"ASTRA_EVAL_MODEL__MAX_RETRIES": "2", "ASTRA_EVAL_MODEL__RETRY_BACKOFF_S": "0"}
     out = tmp_path / "run"
     with ScriptedServer(script) as srv:
-        res = general("--base-url", srv.base_url, "--out", str(out), "--limit", "6",
-                      "--concurrency", concurrency, env=env)  # fmt: skip
+        args = ("--base-url", srv.base_url, "--out", str(out), "--limit", "6")
+        res = general(*args, "--concurrency", concurrency, env=env)
     assert res.exit_code == 0, res.output
     assert attempts == {0: 3, 1: 2, 2: 1, 3: 1, 4: 1, 5: 1}  # sample 0: 1 + 2 retries
     recs = {r["index"]: r for r in records(out)}
@@ -190,12 +192,15 @@ def test_no_sample_scored_fails_the_run(tmp_path: Path) -> None:
     out = tmp_path / "run"
     html = Reply(body=b"<html>Sign in</html>", content_type="text/html")
     with ScriptedServer([html]) as srv:
+        args = ["general", "--base-url", srv.base_url, "--out", str(out), "--limit", "3"]
         proc = subprocess.run(
-            [sys.executable, "-m", "eval", "general", "--base-url", srv.base_url,
-             "--out", str(out), "--limit", "3"],
-            capture_output=True, text=True, timeout=120, cwd=ROOT,
+            [sys.executable, "-m", "eval", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
             env={**os.environ, "COLUMNS": "200", **NO_WAIT},
-        )  # fmt: skip
+        )
         assert len(srv.requests) == 3 * 2  # one retry each
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "no sample of astra_arith could be scored" in proc.stderr
@@ -208,14 +213,15 @@ def test_no_sample_scored_fails_the_run(tmp_path: Path) -> None:
 
 
 def test_retry_errors_reruns_only_the_errors(tmp_path: Path) -> None:
-    """--retry-errors sends only the samples recorded as errors; their new records replace the
-    old ones, and the figures are those of a run that never failed."""
+    """--retry-errors sends only the samples recorded as errors (2 and 4: lm-eval numbers
+    them 0 and 1 in its requests); their new records replace the old ones, and the figures
+    are those of a run that never failed."""
     out, clean = tmp_path / "run", tmp_path / "clean"
-    with ScriptedServer(_bad_then_good(Reply(body={}), {})) as srv:
+    with ScriptedServer(_bad_then_good(Reply(body={}), {}, always=(2, 4))) as srv:
         base = ("--base-url", srv.base_url, "--limit", "6", "--concurrency", "2")
         assert general(*base, "--out", str(out), env=NO_WAIT).exit_code == 0
         before = {r["id"]: r for r in records(out)}
-        assert before["astra_arith/0"]["error_kind"] == "inference"
+        assert [k for k, r in before.items() if r["error"]] == ["astra_arith/2", "astra_arith/4"]
         res = general(*base, "--out", str(out), "--overwrite", "--retry-errors")
         assert res.exit_code == 2 and "exclude each other" in res.stderr
         res = general(*base, "--out", str(out), "--temperature", "0.1", "--retry-errors")
@@ -224,18 +230,21 @@ def test_retry_errors_reruns_only_the_errors(tmp_path: Path) -> None:
         n = len(srv.requests)
         res = general(*base, "--out", str(out), "--retry-errors")
         assert res.exit_code == 0, res.output
-        assert len(srv.requests) == n + 1  # sample 0 only
-        assert _index(srv.requests[-1]) == 0
+        assert sorted(map(_index, srv.requests[n:])) == [2, 4]  # those two only
         res = general(*base, "--out", str(out), "--retry-errors")
-        assert res.exit_code == 0 and len(srv.requests) == n + 1  # nothing left to retry
+        assert res.exit_code == 0 and len(srv.requests) == n + 2  # nothing left to retry
         assert general(*base, "--out", str(clean)).exit_code == 0
     after = {r["id"]: r for r in records(out)}
     assert list(after) == list(before)  # same samples, same order
-    assert after["astra_arith/0"]["error"] is None and after["astra_arith/0"]["exact_match"] == 1.0
-    assert all(after[k] == before[k] for k in before if k != "astra_arith/0")
+    for i, score in ((2, 1.0), (4, 0.0)):  # each reply went to its own sample
+        r = after[f"astra_arith/{i}"]
+        assert r["error"] is None and r["exact_match"] == score
+        assert r["prompt"].startswith(QUESTIONS[i]) and r["target"] == str(ANSWERS[QUESTIONS[i]])
+        assert r["extracted"] == str(ANSWERS[QUESTIONS[i]] + (i >= 4))
+    assert all(after[k] == before[k] for k in before if k not in ("astra_arith/2", "astra_arith/4"))
     summary = json.loads((out / "summary.json").read_text())
     reference = json.loads((clean / "summary.json").read_text())
-    assert (summary["errors"], summary["scored"], summary["retried"]) == (0, 6, 1)
+    assert (summary["errors"], summary["scored"], summary["retried"]) == (0, 6, 2)
     assert summary["tasks"]["astra_arith"] == pytest.approx(reference["tasks"]["astra_arith"])
     assert summary["tasks"]["astra_arith"]["exact_match"] == pytest.approx(4 / 6)
 

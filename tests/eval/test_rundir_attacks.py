@@ -48,9 +48,12 @@ def no_hang() -> Iterator[None]:
 def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "eval", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
         env={**os.environ, "COLUMNS": "250"},
-    )  # fmt: skip
+    )
 
 
 def text(run: Any) -> str:
@@ -148,8 +151,11 @@ def test_a_run_directory_that_is_a_loop_fifo_or_device(tmp_path: Path) -> None:
     loop(tmp_path / "looped")
     fifo(tmp_path / "pipe")
     dev_zero(tmp_path / "zero")
-    for name, what in (("looped", "a symlink loop"), ("pipe", "a FIFO"),
-                       ("zero", "a character device")):  # fmt: skip
+    for name, what in (
+        ("looped", "a symlink loop"),
+        ("pipe", "a FIFO"),
+        ("zero", "a character device"),
+    ):
         with pytest.raises(ConfigError, match=what) as err:
             load_run(tmp_path / name)
         assert err.value.exit_code == 2
@@ -214,38 +220,65 @@ def test_bfcl_records_of_the_wrong_types_are_skipped_by_line(tmp_path: Path) -> 
 def test_arena_and_general_records_of_the_wrong_types(tmp_path: Path) -> None:
     run_dir = arena_run(tmp_path / "a", summary=False)
     good = json.loads(arena_record(9).model_dump_json())
-    write_lines(run_dir / RESULTS, [
-        {**good, "id": "r", "reward": "0.5"},  # a number as a string
-        {**good, "id": "s", "solved": 5},
-        {**good, "id": "t", "fully_solved": 1},
-        {**good, "id": "u", "reward": None},
-        {**good, "id": "v", "termination": "exploded"},
-        {**good, "id": "w", "errors": {"x": "many"}},
-        {**good, "id": "extra", "newer_field": {"any": "thing"}},  # unknown: ignored
-    ])  # fmt: skip
+    write_lines(
+        run_dir / RESULTS,
+        [
+            {**good, "id": "r", "reward": "0.5"},  # a number as a string
+            {**good, "id": "s", "solved": 5},
+            {**good, "id": "t", "fully_solved": 1},
+            {**good, "id": "u", "reward": None},
+            {**good, "id": "v", "termination": "exploded"},
+            {**good, "id": "w", "errors": {"x": "many"}},
+            {**good, "id": "extra", "newer_field": {"any": "thing"}},  # unknown: ignored
+        ],
+    )
     run = load_run(run_dir)
     assert [r["id"] for r in run.records] == ["task-0", "task-1", "task-2", "extra"]
     skipped = [p for p in run.problems if p.endswith("skipped")]
-    assert (
-        len(skipped) == 5
-        and "2 lines is not an arenas record (reward: Input should be a valid number) (line 4, 7)"
-        in text(run)
-    )  # one fault, its lines together
+    assert len(skipped) == 5
+    one_fault = "is not an arenas record (reward: Input should be a valid number) (line 4, 7)"
+    assert f"results.jsonl: 2 lines {one_fault}" in text(run)  # named together
     general = tmp_path / "g"
     general.mkdir()
-    sample = {"id": "t/0", "task": "t", "index": 0, "prompt": "p", "response": "r",
-              "answer": "a", "extracted": "a", "target": "a", "exact_match": 1.0}  # fmt: skip
-    write_lines(general / RESULTS, [
-        sample,
-        {**sample, "id": "t/1", "index": "1"},
-        {**sample, "id": "t/2", "response": ["r"]},
-        {**sample, "id": "t/3", "exact_match": "high"},  # a metric: any value, not charted
-    ])  # fmt: skip
+    sample = {
+        "id": "t/0",
+        "task": "t",
+        "index": 0,
+        "prompt": "p",
+        "response": "r",
+        "answer": "a",
+        "extracted": "a",
+        "target": "a",
+        "exact_match": 1.0,
+    }
+    write_lines(
+        general / RESULTS,
+        [
+            sample,
+            {**sample, "id": "t/1", "index": "1"},
+            {**sample, "id": "t/2", "response": ["r"]},
+            {**sample, "id": "t/3", "exact_match": "high"},  # a metric: any value, not charted
+        ],
+    )
     g = load_run(general)
     assert [r["id"] for r in g.records] == ["t/0", "t/3"]
     assert "index: Input should be a valid integer" in text(g)
     assert g.summary is not None and g.summary["tasks"] == {"t": {"exact_match": 1.0}}
     render_report([run, g])
+
+
+def test_many_faults_are_counted_not_listed(tmp_path: Path) -> None:
+    """30 lines, each with a fault of its own (a key of its own, one 10,000 characters
+    long): twenty are named, cut short, the rest counted."""
+    run_dir = arena_run(tmp_path / "a")
+    good = json.loads(arena_record(9).model_dump_json())
+    keys = ["k" * 10_000, *(f"kind-{i}" for i in range(29))]
+    write_lines(run_dir / RESULTS, [{**good, "errors": {k: "many"}} for k in keys])
+    run = load_run(run_dir)
+    skipped = [p for p in run.problems if "skipped" in p]
+    assert len(skipped) == 21 and len(run.records) == 3
+    assert skipped[-1] == "results.jsonl: 10 more line(s) skipped for 10 other reasons"
+    assert max(map(len, run.problems)) < 400
 
 
 def test_untyped_parts_of_a_record_of_any_shape(tmp_path: Path) -> None:
