@@ -85,6 +85,8 @@ def _excerpt(body: Any) -> str:
 def completion_choices(body: Any) -> list[dict[str, Any]]:
     """The choices of a chat completion's body, in index order; :class:`NotAChatCompletion`
     saying what is wrong when it is not one."""
+    if body is None:  # aiohttp reads an empty body as None
+        raise NotAChatCompletion("the body is empty (or JSON null)")
     if not isinstance(body, dict):
         what = "a JSON list" if isinstance(body, list) else f"JSON {type(body).__name__}"
         raise NotAChatCompletion(f"the body is {what}, not an object: {_excerpt(body)}")
@@ -142,6 +144,8 @@ def _what_body(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return "the body is not UTF-8 text"
     if isinstance(exc, json.JSONDecodeError):
+        if not str(exc.doc).strip():
+            return "the body is empty"
         return f"the body is not JSON: {exc.msg} at character {exc.pos}"
     if isinstance(exc, aiohttp.ContentTypeError):
         return f"the body is not JSON: {exc.message}"

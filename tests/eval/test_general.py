@@ -80,6 +80,8 @@ def test_answer_after_think(text: str | None, answer: str) -> None:
 JSON = "application/json"
 BAD_BODIES: dict[str, tuple[Any, str, str]] = {
     "undecodable": (b"\xff\xfe{not json", JSON, "not UTF-8 text"),
+    "empty_body": (b"", JSON, "the body is empty"),
+    "null": (b"null", JSON, "the body is empty (or JSON null)"),
     "truncated_json": (b'{"choices": [{"message": {"content": "Answ', JSON, "not JSON"),
     "html": (b"<html><body>502 Bad Gateway</body></html>", "text/html", "not JSON"),
     "empty_choices": ({"id": "x", "object": "chat.completion", "choices": []}, JSON, "no choices"),
