@@ -18,10 +18,9 @@ eval's own reader cuts a torn tail; this one may be reading a run that is still 
 A run directory may hold anything: files are read through :mod:`eval.runfiles` (regular files
 only, bounded, symlink loops named), and what the report consumes is validated, strictly, before
 it is used: each record against its eval's record class (fields this version does not know are
-ignored), each metrics line for its step, each summary against :class:`BFCLSummary`,
-:class:`ArenaSummary` or :class:`GeneralSummary`. What does not validate is left out with a
-problem naming the file and line, and the run is partial; :attr:`Run.usable` says whether
-anything is left to show.
+ignored), each metrics line for its step, each summary against its model in
+:mod:`eval.summaries`. What does not validate is left out with a problem naming the file and
+line, and the run is partial; :attr:`Run.usable` says whether anything is left to show.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from astra_agent.errors import ConfigError
 from eval.results import CONFIG, RESULTS, SUMMARY, EvalRecord
@@ -48,6 +47,7 @@ from eval.runfiles import (
     read_line,
     safe_resolve,
 )
+from eval.summaries import SUMMARIES
 
 log = logging.getLogger(__name__)
 
@@ -352,65 +352,6 @@ def typed_records(kind: RunKind, records: list[dict[str, Any]]) -> tuple[list[An
 
 
 # ------------------------------------------------------------------ summaries
-
-
-class _Summary(BaseModel):
-    """What the report reads of every eval summary (a field it does not read may be
-    anything)."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    model: str | None = None
-    total: int | None = None
-    complete: bool | None = None
-    wall_s: float | None = None
-
-
-class BFCLSummary(_Summary):
-    entries: int | None = None
-    accuracy: dict[str, float] = Field(default_factory=dict)
-    overall: float | None = None
-    overall_partial: bool = True
-    counts: dict[str, int] = Field(default_factory=dict)
-    errors: dict[str, int] = Field(default_factory=dict)
-    inference_errors: int | None = None
-
-
-class ArenaDomain(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    tasks: int | None = None
-    mean_reward: float | None = None
-    fully_solved: float | None = None
-
-
-class ArenaSummary(_Summary):
-    tasks: int | None = None
-    mean_reward: float | None = None
-    fully_solved: float | None = None
-    mean_recall: float | None = None
-    mean_precision: float | None = None
-    tool_calls_per_task: float | None = None
-    errors: dict[str, int] = Field(default_factory=dict)
-    terminations: dict[str, int] = Field(default_factory=dict)
-    domains: dict[str, ArenaDomain] = Field(default_factory=dict)
-
-
-class GeneralSummary(_Summary):
-    tasks: dict[str, dict[str, float]] = Field(default_factory=dict)
-    published: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    samples: int | None = None
-    scored: int | None = None
-    errors: int | None = None
-    errors_by_task: dict[str, int] = Field(default_factory=dict)
-    notes: list[str] = Field(default_factory=list)
-
-
-SUMMARIES: dict[RunKind, type[_Summary]] = {
-    "bfcl": BFCLSummary,
-    "arenas": ArenaSummary,
-    "general": GeneralSummary,
-}
 
 
 def _valid_summary(kind: RunKind, data: Any) -> tuple[dict[str, Any] | None, str | None]:
