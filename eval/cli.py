@@ -472,6 +472,7 @@ def general(
     overwrite: Annotated[
         bool, typer.Option(help="Replace results in --out (no --resume: lm-eval scores at end).")
     ] = False,
+    retry_errors: RetryOpt = False,
 ) -> None:
     """Run lm-eval generation tasks (general ability: arithmetic, GSM8K, AIME) against the
     endpoint through lm-eval's chat-completions backend; the answer after </think> is scored.
@@ -497,7 +498,12 @@ def general(
             "out": out,
             "tasks": _names("--tasks", tasks, "astra_arith,gsm8k"),
             "include_path": include_path or None,
-            **_runner_overrides(limit=limit, concurrency=concurrency, overwrite=overwrite or None),
+            **_runner_overrides(
+                limit=limit,
+                concurrency=concurrency,
+                overwrite=overwrite or None,
+                retry_errors=retry_errors or None,
+            ),
             "model": model_overrides(base_url, model, api_key, temperature, max_tokens=max_tokens),
         },
         env_prefix="ASTRA_EVAL_",
@@ -511,14 +517,23 @@ def general(
         for name, value in metrics.items():
             table.add_row(escape(task), escape(name), f"{value:.4f}")
     console.print(table)
+    for note in summary.get("notes") or []:
+        console.print(f"note: {escape(note)}")
     if summary["errors"]:
-        console.print(f"{summary['errors']} sample(s) got no usable reply (see results.jsonl)")
+        console.print(
+            f"{summary['errors']} of {summary['samples']} sample(s) got no usable reply "
+            "(inference errors, left out of the metrics; see results.jsonl): "
+            "--retry-errors re-runs them"
+        )
     aime = summary["published"]["AIME"]
     console.print(
         f"published AIME (paper): {' / '.join(f'{x:.2f}' for x in aime['figures'])} for "
         f"{' / '.join(aime['models'])} (which is which: unconfirmed); compare like with like"
     )
     console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
+
+
+_RUN_HINT = "the problems above say what could not be read; pass runs that hold results"
 
 
 @app.command("report")
@@ -552,10 +567,14 @@ def report(
             failed.append(exc)
             err_console.print(f"[red]skipped:[/] {escape(exc.message)}")
             continue
-        runs.append(run)
         size = f"{len(run.records)} records" if run.is_eval else f"{len(run.metrics)} steps"
-        state = " [yellow](partial)[/]" if run.partial else ""
-        console.print(f"loaded {escape(run.name)} ({run.kind}): {size}{state}")
+        if run.usable:
+            runs.append(run)
+            state = " [yellow](partial)[/]" if run.partial else ""
+            console.print(f"loaded {escape(run.name)} ({run.kind}): {size}{state}")
+        else:
+            failed.append(ConfigError(f"{path} ({run.kind}) holds nothing usable", hint=_RUN_HINT))
+            err_console.print(f"[red]skipped:[/] {escape(run.name)} ({run.kind}): nothing usable")
         for problem in run.problems:
             err_console.print(f"  [yellow]{escape(problem)}[/]")
     if not runs:

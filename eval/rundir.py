@@ -14,21 +14,40 @@ A run that is still going, or was killed, is read as far as it goes: a torn last
 out, a missing ``summary.json`` is computed from the records, and :attr:`Run.problems` says
 what was missing (:attr:`Run.partial` marks it). Nothing here writes to a run directory (the
 eval's own reader cuts a torn tail; this one may be reading a run that is still appending).
+
+A run directory may hold anything: files are read through :mod:`eval.runfiles` (regular files
+only, bounded, symlink loops named), and what the report consumes is validated, strictly, before
+it is used: each record against its eval's record class (fields this version does not know are
+ignored), each metrics line for its step, each summary against its model in
+:mod:`eval.summaries`. What does not validate is left out with a problem naming the file and
+line, and the run is partial; :attr:`Run.usable` says whether anything is left to show.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from astra_agent.errors import ConfigError
-from eval.results import CONFIG, RESULTS, SUMMARY
+from eval.results import CONFIG, RESULTS, SUMMARY, EvalRecord
+from eval.runfiles import (
+    JSON_LIMIT,
+    JSONL_LIMIT,
+    UnreadableFile,
+    dir_problem,
+    read_bounded,
+    read_line,
+    safe_resolve,
+)
+from eval.summaries import SUMMARIES
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +65,7 @@ _HINT = (
     "metrics.jsonl)"
 )
 _FIRST_LINE_LIMIT = 64 << 20  # detection reads one record at most this long
+_REASONS = 20  # reasons for skipped lines named per file; the rest are counted
 
 
 @dataclass(frozen=True)
@@ -69,6 +89,11 @@ class Run:
         return self.kind in EVAL_KINDS
 
     @property
+    def usable(self) -> bool:
+        """Is there anything to show: records or a summary (evals), logged steps (training)?"""
+        return bool(self.records or self.summary) if self.is_eval else bool(self.metrics)
+
+    @property
     def model(self) -> str:
         """The model the run evaluated or trained ("" where not recorded)."""
         if self.summary and self.summary.get("model"):
@@ -84,10 +109,11 @@ def detect_kind(path: Path) -> RunKind:
     """The kind of run ``path`` holds; a ConfigError (with a hint) when it does not exist, is
     not a directory or holds none of our runs' files."""
     path = Path(path)
-    if not path.exists():
+    problem = dir_problem(path)
+    if problem == "not found":
         raise ConfigError(f"run directory not found: {path}", hint=_HINT)
-    if not path.is_dir():
-        raise ConfigError(f"{path} is a file, not a run directory", hint=_HINT)
+    if problem:
+        raise ConfigError(f"{path} is {problem}: not a run directory", hint=_HINT)
     kind = _kind_of(path)
     if kind is None:
         raise ConfigError(
@@ -159,27 +185,40 @@ def _training_kind(first: dict[str, Any]) -> RunKind | None:
     return "sft" if "loss" in first else None
 
 
+def _loads(raw: bytes) -> tuple[Any, str | None]:
+    """JSON from bytes, or why not."""
+    try:
+        return json.loads(raw.decode("utf-8")), None
+    except UnicodeDecodeError:
+        return None, "is not UTF-8 text"
+    except RecursionError:
+        return None, "is JSON nested too deeply"
+    except ValueError:
+        return None, "is not JSON"
+
+
+def _read_json(path: Path) -> tuple[Any, str | None]:
+    """A JSON file's value and, where it could not be read, why: (None, None) when missing."""
+    try:
+        raw = read_bounded(path, JSON_LIMIT)
+    except UnreadableFile as exc:
+        return None, f"cannot be read ({exc.reason})"
+    return (None, None) if raw is None else _loads(raw)
+
+
 def _json_file(path: Path) -> Any:
     """A JSON file's value, or None when it is missing or unreadable."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        return None
+    return _read_json(path)[0]
 
 
 def _first_record(path: Path) -> dict[str, Any] | None:
     """The first JSON object of a JSONL file (None: missing, empty or not ours)."""
     try:
-        with path.open("rb") as f:
-            for raw in f:
-                if len(raw) > _FIRST_LINE_LIMIT:
-                    return None
-                if raw.strip():
-                    obj = json.loads(raw.decode("utf-8"))
-                    return obj if isinstance(obj, dict) else None
-    except (OSError, ValueError):
+        raw = read_line(path, _FIRST_LINE_LIMIT)
+    except UnreadableFile:
         return None
-    return None
+    obj = _loads(raw)[0] if raw is not None else None
+    return obj if isinstance(obj, dict) else None
 
 
 # ------------------------------------------------------------------ JSONL, tolerantly
@@ -192,99 +231,117 @@ class _Lines:
     objects: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # line number, obj
     bad: dict[str, list[int]] = field(default_factory=dict)  # reason → line numbers
     torn: bool = False
+    unreadable: str | None = None  # why the file could not be read at all
 
     def skip(self, reason: str, n: int) -> None:
         self.bad.setdefault(reason, []).append(n)
 
     def problems(self, name: str) -> list[str]:
         out = []
+        if self.unreadable:
+            out.append(f"{name} cannot be read ({self.unreadable}): left out")
         if self.torn:
             out.append(
                 f"{name}: the last line is cut off (a run still writing, or killed "
                 "mid-write): left out"
             )
-        for reason, lines in self.bad.items():
+        reasons = list(self.bad.items())
+        for reason, lines in reasons[:_REASONS]:
             shown = ", ".join(map(str, lines[:5])) + (", …" if len(lines) > 5 else "")
             what = "line" if len(lines) == 1 else f"{len(lines)} lines"
             out.append(f"{name}: {what} {reason} (line {shown}): skipped")
+        if rest := sum(len(lines) for _, lines in reasons[_REASONS:]):
+            out.append(
+                f"{name}: {rest} more line(s) skipped for {len(reasons) - _REASONS} other reasons"
+            )
         return out
 
 
 def _read_lines(path: Path) -> _Lines:
     """Every line of ``path`` that holds a JSON object; a final line without its newline that
-    does not parse is a torn tail, any other bad line is skipped with its reason."""
-    data = path.read_bytes()
-    raw_lines = data.split(b"\n")
+    does not parse is a torn tail, any other bad line is skipped with its reason. A file that
+    is missing holds nothing; one that cannot be read (not a regular file, too large, a
+    symlink loop) says why."""
     out = _Lines()
+    try:
+        data = read_bounded(path, JSONL_LIMIT) or b""
+    except UnreadableFile as exc:
+        out.unreadable = exc.reason
+        return out
+    raw_lines = data.split(b"\n")
     for n, raw in enumerate(raw_lines, 1):
         if not raw.strip():
             continue
-        tail = n == len(raw_lines)  # the bytes after the last newline
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            if tail:
+        obj, why = _loads(raw)
+        if why is not None:
+            if n == len(raw_lines):  # the bytes after the last newline
                 out.torn = True
             else:
-                out.skip("is not UTF-8 text", n)
-            continue
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            if tail:
-                out.torn = True
-            else:
-                out.skip("is not JSON", n)
-            continue
-        if isinstance(obj, dict):
+                out.skip(why, n)
+        elif isinstance(obj, dict):
             out.objects.append((n, obj))
         else:
             out.skip("is not a JSON object", n)
     return out
 
 
-# Fields every record of a kind has (a cheap check on each record; the record classes
-# validate only where figures must be computed from the records).
-_REQUIRED: dict[RunKind, tuple[str, ...]] = {
-    "bfcl": ("category", "valid"),
-    "arenas": ("task_id", "reward", "fully_solved"),
-    "general": ("task",),
-}
+@cache
+def record_class(kind: RunKind) -> type[EvalRecord]:
+    """The kind's record class as a reader takes it: fields it does not know are ignored (a
+    newer writer's), every field it knows must have its type."""
+    base: type[EvalRecord]
+    if kind == "bfcl":
+        from eval.bfcl.runner import BFCLRecord as base
+    elif kind == "arenas":
+        from eval.arenas.runner import ArenaRecord as base
+    elif kind == "general":
+        from eval.general.runner import GeneralRecord as base
+    else:
+        raise ValueError(f"{kind} runs have no records")
+    allow = base.model_config.get("extra") == "allow"  # GeneralRecord: its metrics
+    config = ConfigDict(extra="allow" if allow else "ignore")
+    return cast(type[EvalRecord], type(base.__name__, (base,), {"model_config": config}))
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _invalid(what: str, exc: ValidationError) -> str:
+    """Why an object is not ``what``, in a few words (the same words for the same fault, so
+    that lines with one fault are named together)."""
+    errors = exc.errors()
+    missing = [".".join(map(str, e["loc"])) for e in errors if e["type"] == "missing"]
+    if len(missing) == len(errors):
+        return f"lacks the {what} fields ({_cut(', '.join(missing), 200)})"
+    first = next(e for e in errors if e["type"] != "missing")
+    where = _cut(".".join(map(str, first["loc"])) or "the record", 120)
+    more = f" and {len(errors) - 1} more" if len(errors) > 1 else ""
+    article = "an" if what[0] in "aeiou" else "a"
+    return f"is not {article} {what} ({where}: {first['msg']}{more})"
 
 
 def _read_records(path: Path, kind: RunKind) -> tuple[list[dict[str, Any]], list[str]]:
     """Records by id, as written (the later of two with one id wins, in the order of first
-    appearance), and the problems: lines left out, records without the kind's fields."""
-    if not path.is_file():
-        return [], []
+    appearance), each validated strictly against the kind's record class; and the problems:
+    lines left out, records that do not validate."""
     lines = _read_lines(path)
+    cls = record_class(kind)
     records: dict[str, dict[str, Any]] = {}
     for n, obj in lines.objects:
-        if not isinstance(obj.get("id"), str):
-            lines.skip("has no string id", n)
-            continue
-        missing = [k for k in _REQUIRED[kind] if k not in obj]
-        if missing:
-            lines.skip(f"lacks the {kind} record fields ({', '.join(missing)})", n)
+        try:
+            cls.model_validate(obj, strict=True)
+        except ValidationError as exc:
+            lines.skip(_invalid(f"{kind} record", exc), n)
             continue
         records[obj["id"]] = obj
     return list(records.values()), lines.problems(path.name)
 
 
 def typed_records(kind: RunKind, records: list[dict[str, Any]]) -> tuple[list[Any], int]:
-    """The records that validate as the kind's record class (BFCLRecord, ArenaRecord; general
-    runs have none: plain dicts) and how many did not."""
-    cls: type[BaseModel]
-    if kind == "bfcl":
-        from eval.bfcl.runner import BFCLRecord
-
-        cls = BFCLRecord
-    elif kind == "arenas":
-        from eval.arenas.runner import ArenaRecord
-
-        cls = ArenaRecord
-    else:
-        return list(records), 0
+    """The records as the kind's record class (BFCLRecord, ArenaRecord, GeneralRecord: as
+    :func:`record_class` reads them) and how many did not validate."""
+    cls = record_class(kind)
     typed, bad = [], 0
     for r in records:
         try:
@@ -292,6 +349,21 @@ def typed_records(kind: RunKind, records: list[dict[str, Any]]) -> tuple[list[An
         except ValidationError:
             bad += 1
     return typed, bad
+
+
+# ------------------------------------------------------------------ summaries
+
+
+def _valid_summary(kind: RunKind, data: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """``summary.json`` as the report reads it (the fields it reads with their types, missing
+    ones at their defaults), or why it is not one."""
+    if not isinstance(data, dict):
+        return None, f"is JSON {type(data).__name__}, not an object"
+    try:
+        summary = SUMMARIES[kind].model_validate(data)
+    except ValidationError as exc:
+        return None, _invalid(f"{kind} summary", exc)
+    return summary.model_dump(mode="python"), None
 
 
 # ------------------------------------------------------------------ loading
@@ -313,13 +385,13 @@ def load_runs(paths: Sequence[Path]) -> list[Run]:
 
 
 def default_name(path: Path) -> str:
-    return Path(path).resolve().name or str(path)
+    return safe_resolve(path).name or str(path)
 
 
 def unique_names(paths: Iterable[Path]) -> list[str]:
     """A label per path: its directory name, with its parent's where two share a name, and a
     number where they are still the same (one directory given twice)."""
-    resolved = [Path(p).resolve() for p in paths]
+    resolved = [safe_resolve(p) for p in paths]
     base = [p.name or str(p) for p in resolved]
     names = [
         f"{p.parent.name}/{n}" if base.count(n) > 1 and p.parent.name else n
@@ -335,34 +407,39 @@ def unique_names(paths: Iterable[Path]) -> list[str]:
 
 def _load_eval(path: Path, kind: RunKind, name: str) -> Run:
     problems: list[str] = []
-    config = _json_file(path / CONFIG)
-    if (path / CONFIG).is_file() and not isinstance(config, dict):
-        problems.append(f"{CONFIG} is not readable JSON: the run's fingerprint is unknown")
-        config = None
+    config, why = _read_json(path / CONFIG)
+    if why or (config is not None and not isinstance(config, dict)):
+        problems.append(
+            f"{CONFIG} {why or 'is not a JSON object'}: the run's fingerprint is unknown"
+        )
+    config = config if isinstance(config, dict) else None
     records, read_problems = _read_records(path / RESULTS, kind)
     problems += read_problems
-    summary = _json_file(path / SUMMARY)
-    if (path / SUMMARY).is_file() and not isinstance(summary, dict):
-        problems.append(f"{SUMMARY} is not readable JSON: figures computed from the records")
-    summary = summary if isinstance(summary, dict) else None
-    partial = bool(read_problems)
+    raw, why = _read_json(path / SUMMARY)
+    summary = None
+    if raw is not None:
+        summary, why = _valid_summary(kind, raw)
+    if why:
+        problems.append(f"{SUMMARY} {why}: figures computed from the records")
+    partial = bool(read_problems) or why is not None
     if not records and not summary:
         problems.append(f"no records yet: {RESULTS} is missing or empty")
         partial = True
     elif summary is None:
         summary = _summarize(kind, records, config, problems)
-        problems.append(
-            f"no {SUMMARY} (the run did not finish): figures computed from the "
-            f"{len(records)} records in {RESULTS}"
-        )
+        if not why:
+            problems.append(
+                f"no {SUMMARY} (the run did not finish): figures computed from the "
+                f"{len(records)} records in {RESULTS}"
+            )
         partial = True
     elif records and (was := _count(kind, summary)) is not None and was != len(records):
         summary = {**summary, **_summarize(kind, records, config, problems)}
         if isinstance(summary.get("total"), int):
             summary["complete"] = len(records) >= summary["total"]
         problems.append(
-            f"{SUMMARY} covers {was} entries, {RESULTS} holds {len(records)} (a run resumed or "
-            f"still going): figures computed from {RESULTS}"
+            f"{SUMMARY} covers {was} entries, {RESULTS} holds {len(records)} (a run resumed, "
+            f"still going, or records left out): figures computed from {RESULTS}"
         )
         partial = True
     if summary is not None and summary.get("complete") is False:
@@ -425,18 +502,17 @@ def general_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 def _load_training(path: Path, kind: RunKind, name: str) -> Run:
     problems: list[str] = []
     run_file = path / RUN_FILES[kind]
-    raw = _json_file(run_file)
+    raw, why = _read_json(run_file)
     config = raw.get("fingerprint") if isinstance(raw, dict) else None
     if not isinstance(config, dict):
         config = None
-        if not run_file.is_file():
+        if raw is None and why is None:
             problems.append(f"{run_file.name} is missing: the run's config is unknown")
         else:
-            what = "has no fingerprint" if isinstance(raw, dict) else "is not readable JSON"
+            what = why or ("has no fingerprint" if isinstance(raw, dict) else "is not an object")
             problems.append(f"{run_file.name} {what}: the run's config is unknown")
     metrics, verl = _read_metrics(path, problems)
-    steps = [m["step"] for m in metrics if isinstance(m.get("step"), int | float)]
-    last = int(max(steps)) if steps else None
+    last = int(max(m["step"] for m in metrics)) if metrics else None
     planned = _planned_steps(kind, config)
     finished = (path / FINAL_DIR).is_dir()
     if not finished:
@@ -449,18 +525,32 @@ def _load_training(path: Path, kind: RunKind, name: str) -> Run:
     return Run(path, name, kind, summary, [], metrics, config, bool(problems), problems)
 
 
+def _step(obj: dict[str, Any]) -> str | None:
+    """Why a metrics line is not a logged step (None: it is one)."""
+    step = obj.get("step")
+    if isinstance(step, bool) or not isinstance(step, int | float):
+        return "has no step number" if step is None else "has a step that is not a number"
+    return None if math.isfinite(step) and step >= 0 else "has a step that is not finite"
+
+
 def _read_metrics(path: Path, problems: list[str]) -> tuple[list[dict[str, Any]], bool]:
     """``metrics.jsonl`` (or verl's ``verl/metrics.jsonl``, flattened) and whether it was
-    verl's; what could not be read goes to ``problems``."""
-    metrics_file = path / METRICS
-    verl = not metrics_file.is_file() and (path / "verl" / METRICS).is_file()
+    verl's; each line must be a step (a finite ``step``); what could not be read goes to
+    ``problems``."""
+    lines = _read_lines(path / METRICS)
+    verl = not lines.objects and not lines.bad and not lines.unreadable and not lines.torn
     if verl:
-        metrics_file = path / "verl" / METRICS
+        verl_lines = _read_lines(path / "verl" / METRICS)
+        verl = bool(verl_lines.objects or verl_lines.bad or verl_lines.unreadable)
+        lines = verl_lines if verl else lines
     metrics: list[dict[str, Any]] = []
-    if metrics_file.is_file():
-        lines = _read_lines(metrics_file)
-        metrics = [_flat_step(obj) for _, obj in lines.objects]
-        problems += lines.problems(METRICS)
+    for n, obj in lines.objects:
+        flat = _flat_step(obj)
+        if why := _step(flat):
+            lines.skip(why, n)
+        else:
+            metrics.append(flat)
+    problems += lines.problems(METRICS)
     if not metrics:
         problems.append(f"no metrics yet: {METRICS} is missing or empty")
     return metrics, verl

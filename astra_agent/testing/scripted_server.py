@@ -32,6 +32,10 @@ class Reply:
     reasoning_field: str = "reasoning"  # or "reasoning_content" (older vLLM)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    # Sent as the whole response body (with ``status``) instead of a chat completion: bytes
+    # as they are (``content_type`` says what they claim to be), anything else as JSON.
+    body: Any = None
+    content_type: str = "application/json"
 
 
 Script = Callable[[dict[str, Any]], Reply]
@@ -83,10 +87,10 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
-    def _send(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
+    def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -127,6 +131,9 @@ class _Handler(BaseHTTPRequestHandler):
         reply = self.server.script(body)
         if reply.delay_s:
             time.sleep(reply.delay_s)
+        if reply.body is not None:
+            self._send(reply.status, reply.body, reply.content_type)
+            return
         if reply.status != 200:
             self._send(reply.status, {"error": {"message": f"scripted {reply.status}"}})
             return

@@ -15,7 +15,12 @@ What it changes, and why:
 * an endpoint that fails (after our retries: lm-eval's are turned off) raises
   :class:`~eval.runner.EndpointDied`, once; a task that needs log-likelihoods (multiple
   choice) is refused by name (:class:`~astra_agent.errors.ConfigError`): a chat endpoint
-  returns no prompt log-probs.
+  returns no prompt log-probs;
+* a reply that is **not a chat completion** (a body that is not JSON or not UTF-8, HTML, a
+  JSON list, ``{}``, ``choices: []``, a choice without a message or whose content is not text)
+  is retried like a failed request; after the retries it is not an answer: its sample gets a
+  :class:`Generation` with ``error`` set (an inference error, which the runner records and
+  leaves out of the metrics), and the run goes on.
 """
 
 from __future__ import annotations
@@ -65,23 +70,63 @@ class Generation:
         return cls(content=text if isinstance(text, str) else "")
 
 
-def _parse_choice(choice: Any) -> Generation:
+class NotAChatCompletion(ValueError):
+    """The endpoint answered, but its body is not a chat completion."""
+
+
+def _excerpt(body: Any) -> str:
     try:
-        message = choice["message"]
+        text = json.dumps(body, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(body)
+    return text if len(text) <= 200 else text[:200] + "…"
+
+
+def completion_choices(body: Any) -> list[dict[str, Any]]:
+    """The choices of a chat completion's body, in index order; :class:`NotAChatCompletion`
+    saying what is wrong when it is not one."""
+    if body is None:  # aiohttp reads an empty body as None
+        raise NotAChatCompletion("the body is empty (or JSON null)")
+    if not isinstance(body, dict):
+        what = "a JSON list" if isinstance(body, list) else f"JSON {type(body).__name__}"
+        raise NotAChatCompletion(f"the body is {what}, not an object: {_excerpt(body)}")
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise NotAChatCompletion(f"no choices: {_excerpt(body)}")
+    for choice in choices:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            raise NotAChatCompletion(f"a choice without a message: {_excerpt(choice)}")
         content = message.get("content")
-        reasoning = message.get("reasoning") or message.get("reasoning_content")
-    except (KeyError, TypeError, AttributeError):
-        return Generation("", error=f"not a chat completion choice: {str(choice)[:200]}")
-    if content is not None and not isinstance(content, str):
-        return Generation("", error=f"content is not text: {str(content)[:200]}")
+        if content is not None and not isinstance(content, str):
+            raise NotAChatCompletion(f"the content is not text: {_excerpt(content)}")
+    index = [c.get("index") for c in choices]
+    if all(isinstance(i, int) and not isinstance(i, bool) for i in index):
+        return sorted(choices, key=lambda c: int(c["index"]))
+    return list(choices)
+
+
+def _parse_choice(choice: dict[str, Any]) -> Generation:
+    message = choice["message"]
+    reasoning = message.get("reasoning") or message.get("reasoning_content")
+    finish = choice.get("finish_reason")
     return Generation(
-        content or "",
+        message.get("content") or "",
         reasoning if isinstance(reasoning, str) else None,
-        choice.get("finish_reason"),
+        finish if isinstance(finish, str) else None,
     )
 
 
+def _bad_body(exc: BaseException) -> bool:
+    """Did the endpoint answer with something that is not a chat completion? (Not JSON, not
+    UTF-8, another content type, or JSON of another shape.)"""
+    bad = NotAChatCompletion | json.JSONDecodeError | UnicodeDecodeError | aiohttp.ContentTypeError
+    return isinstance(exc, bad)
+
+
 def _describe(exc: BaseException, timeout_s: float) -> str:
+    if _bad_body(exc):
+        return f"the reply is not a chat completion ({_what_body(exc)})"
     if isinstance(exc, aiohttp.ClientResponseError):
         return f"HTTP {exc.status} {exc.message}".strip()
     if isinstance(exc, requests.HTTPError) and exc.response is not None:
@@ -93,12 +138,37 @@ def _describe(exc: BaseException, timeout_s: float) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _what_body(exc: BaseException) -> str:
+    if isinstance(exc, NotAChatCompletion):
+        return str(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        return "the body is not UTF-8 text"
+    if isinstance(exc, json.JSONDecodeError):
+        if not str(exc.doc).strip():
+            return "the body is empty"
+        return f"the body is not JSON: {exc.msg} at character {exc.pos}"
+    if isinstance(exc, aiohttp.ContentTypeError):
+        return f"the body is not JSON: {exc.message}"
+    return f"{type(exc).__name__}: {exc}"
+
+
 _ENDPOINT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, requests.RequestException)
 
 
+class _Unusable:
+    """What the sync path hands lm-eval in place of a body that was never a chat completion
+    (:meth:`AstraChatLM.parse_generations` turns it into error generations)."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
 def _retryable(exc: BaseException) -> bool:
-    """429, 5xx, refused or dropped connections and timeouts are worth another try; any
-    other HTTP error (a 400 for a too-long prompt, a 404 for a wrong model) is not."""
+    """429, 5xx, refused or dropped connections, timeouts and replies that are not chat
+    completions are worth another try; any other HTTP error (a 400 for a too-long prompt, a
+    404 for a wrong model) is not."""
+    if _bad_body(exc):
+        return True
     status = getattr(exc, "status", None)
     if isinstance(exc, requests.HTTPError) and exc.response is not None:
         status = exc.response.status_code
@@ -140,7 +210,7 @@ class AstraChatLM(LocalChatCompletion):
         self.generations: dict[tuple[str, int], list[Generation]] = {}
         self.prompts: dict[tuple[str, int], str] = {}  # the chat prompt (JSON), per sample
         self.started = False  # set by the first request lm-eval runs (tasks are loaded then)
-        self.answered = 0  # requests the endpoint answered
+        self.answered = 0  # requests the endpoint answered with a chat completion
         self.died: EndpointDied | None = None
         self._paused_until = 0.0  # monotonic time before which no request is sent
 
@@ -165,19 +235,18 @@ class AstraChatLM(LocalChatCompletion):
         return payload
 
     def parse_generations(self, outputs: Any, **kwargs: Any) -> list[str]:
-        texts: list[str] = []
-        for out in outputs if isinstance(outputs, list) else [outputs]:
-            choices = out.get("choices") if isinstance(out, dict) else None
-            if not isinstance(choices, list) or not choices:
-                error = f"not a chat completion (no choices): {str(out)[:200]}"
-                texts.append(Generation("", error=error).encode())
-                continue
-            ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
-            texts += [_parse_choice(c).encode() for c in ordered]
-        return texts
+        """One encoded :class:`Generation` per choice of a chat completion (the async path
+        calls this inside :meth:`amodel_call`, whose retries take a :class:`NotAChatCompletion`
+        raised here); one error generation per request for a reply the retries could not make
+        usable (the sync path)."""
+        if isinstance(outputs, _Unusable):
+            n = len(kwargs.get("contexts") or [None])
+            return [Generation("", error=outputs.error).encode()] * n
+        return [_parse_choice(c).encode() for c in completion_choices(outputs)]
 
     def _retry_delay(self, exc: BaseException, attempt: int) -> float | None:
-        """Seconds before the next try, or None: give up (and the run is over)."""
+        """Seconds before the next try, or None: give up (the run is over; a reply that is not
+        a chat completion becomes its sample's error)."""
         if attempt >= self._retries or not _retryable(exc) or self.died is not None:
             return None
         return float(self._backoff_s * 2**attempt * (0.5 + random.random()))
@@ -206,6 +275,14 @@ class AstraChatLM(LocalChatCompletion):
         )
         return self.died
 
+    def _unusable(self, exc: BaseException, attempt: int) -> str:
+        """A reply that is still not a chat completion after the retries: said, and kept as
+        the sample's error (the run goes on)."""
+        error = _describe(exc, self._timeout_s)
+        tries = f"{attempt + 1} tr{'y' if attempt == 0 else 'ies'}"
+        log.warning("%s: %s (%s): recorded as an inference error", self.base_url, error, tries)
+        return error
+
     async def amodel_call(self, *args: Any, **kwargs: Any) -> Any:
         for attempt in itertools.count():
             await self._wait_pause()
@@ -216,9 +293,12 @@ class AstraChatLM(LocalChatCompletion):
             except Exception as exc:
                 if self.died is not None:  # e.g. lm-eval closed the session: the run is over
                     raise asyncio.CancelledError from exc
-                if not isinstance(exc, _ENDPOINT_ERRORS):
+                if not isinstance(exc, _ENDPOINT_ERRORS) and not _bad_body(exc):
                     raise
                 delay = self._retry_delay(exc, attempt)
+                if delay is None and _bad_body(exc):
+                    error = Generation("", error=self._unusable(exc, attempt)).encode()
+                    return [error] * len(kwargs.get("messages") or [None])
                 if delay is None:
                     raise self._give_up(exc) from exc
                 self._pause(exc, attempt, delay)
@@ -230,8 +310,13 @@ class AstraChatLM(LocalChatCompletion):
         for attempt in itertools.count():
             try:
                 result = super().model_call(*args, **kwargs)
-            except _ENDPOINT_ERRORS as exc:
+                completion_choices(result)
+            except Exception as exc:
+                if not isinstance(exc, _ENDPOINT_ERRORS) and not _bad_body(exc):
+                    raise
                 delay = self._retry_delay(exc, attempt)
+                if delay is None and _bad_body(exc):
+                    return _Unusable(self._unusable(exc, attempt))
                 if delay is None:
                     raise self._give_up(exc) from exc
                 self._pause(exc, attempt, delay)

@@ -10,6 +10,13 @@ lm-eval holds every answer in memory and scores at the end, so a run is all or n
 results and the summary are written (each atomically) only once it has finished; a run that
 fails leaves ``config.json`` alone, and nothing claims a result. For the same reason there is
 no ``--resume`` (lm-eval's request cache skips sampled generations, which these runs are).
+
+A sample whose reply was not a chat completion (after the retries) is an inference error, as in
+the other evals: recorded with ``error``/``error_kind``, without metric values, left out of the
+task's figures (:mod:`eval.general.scores`) and counted (``errors``, ``errors_by_task``;
+``scored`` samples remain). ``--retry-errors`` re-runs just those samples (lm-eval's
+``samples``) and replaces their records. A task of which no sample could be scored fails the
+run (exit 1) once the results are written.
 """
 
 from __future__ import annotations
@@ -20,14 +27,16 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from astra_agent.errors import AstraError, ConfigError
+from astra_agent.errors import AstraError, ConfigError, ServerError
 from astra_agent.model import ChatModel, ModelConfig
+from eval.general.scores import metric_names, number, summarize_tasks
 from eval.general.tasks import TASKS_DIR
 from eval.results import (
     CONFIG,
@@ -37,12 +46,13 @@ from eval.results import (
     RunMeta,
     ensure_writable_dir,
     model_fingerprint,
+    prepare_results_dir,
     write_json_atomic,
 )
 from eval.runner import EndpointDied
 
 if TYPE_CHECKING:
-    from eval.general.backend import AstraChatLM
+    from eval.general.backend import AstraChatLM, Generation
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +86,9 @@ class GeneralEvalConfig(BaseModel):
     limit: int | None = Field(None, ge=1, description="first N samples of each task")
     concurrency: int = Field(4, ge=1, description="requests at once (lm-eval's num_concurrent)")
     overwrite: bool = False
+    retry_errors: bool = Field(
+        False, description="re-run the samples recorded as inference errors in --out"
+    )
 
     @field_validator("include_path")
     @classmethod
@@ -160,14 +173,22 @@ def task_manager(names: list[str], include: list[Path]) -> Any:
 
 
 def _old_results(cfg: GeneralEvalConfig) -> list[Path]:
-    """The results already in --out (summary first): refused without --overwrite."""
+    """The results already in --out (summary first): refused without --overwrite or
+    --retry-errors (which continues them)."""
+    if cfg.overwrite and cfg.retry_errors:
+        raise ConfigError(
+            "--overwrite and --retry-errors exclude each other",
+            hint="--retry-errors re-runs the samples recorded as errors and keeps the others; "
+            "--overwrite replaces every result",
+        )
     ensure_writable_dir(cfg.out)
     old = [cfg.out / f for f in (SUMMARY, RESULTS) if (cfg.out / f).exists()]
-    if old and not cfg.overwrite:
+    if old and not (cfg.overwrite or cfg.retry_errors):
         raise ConfigError(
             f"{cfg.out} already holds results",
-            hint="pass --overwrite to replace them (this eval cannot resume: lm-eval scores at "
-            "the end), or choose another --out",
+            hint="pass --retry-errors to re-run the samples recorded as errors, --overwrite to "
+            "replace them all (this eval cannot resume: lm-eval scores at the end), or choose "
+            "another --out",
         )
     return old
 
@@ -204,14 +225,14 @@ def _backend(cfg: GeneralEvalConfig, served: str) -> AstraChatLM:
 
 
 def evaluate_general(cfg: GeneralEvalConfig) -> dict[str, Any]:
-    """Check --out, the tasks and the endpoint; run the tasks; write results.jsonl and
-    summary.json (only when the run completes) and return the summary."""
+    """Check --out, the tasks and the endpoint; run the tasks (with --retry-errors, only the
+    samples recorded as errors in --out); write results.jsonl and summary.json (only when the
+    run completes) and return the summary. A task of which no sample could be scored is a
+    ServerError (exit 1), raised once both files are written."""
     version = require_lm_eval()
     old = _old_results(cfg)
     tm = task_manager(cfg.tasks, cfg.include_path)
     served = asyncio.run(_served_model(cfg.model))
-    for f in old:  # --overwrite, once the tasks and the endpoint are known good
-        f.unlink()
     fingerprint = {
         "kind": "general",
         **model_fingerprint(cfg.model, served),
@@ -221,48 +242,129 @@ def evaluate_general(cfg: GeneralEvalConfig) -> dict[str, Any]:
         "lm_eval": version,
     }
     meta = RunMeta(fingerprint=fingerprint, base_url=cfg.model.base_url)
+    if cfg.retry_errors and old:
+        return _retry_errors(cfg, meta, tm)
+    for f in old:  # --overwrite, once the tasks and the endpoint are known good
+        f.unlink()
     write_json_atomic(cfg.out / CONFIG, meta.model_dump(mode="json"))
     t0 = time.monotonic()
     lm = _backend(cfg, served)
     results = _run(lm, cfg, tm)
     records = build_records(results, lm)
-    _write_records(cfg.out / RESULTS, records)
-    summary = {
+    groups = {g: list(ts) for g, ts in (results.get("group_subtasks") or {}).items() if ts}
+    tasks, notes = summarize_tasks(records, results, groups=groups)
+    base = {
         "kind": "general",
         "model": served,
-        "tasks": task_metrics(results),
         "published": PUBLISHED,
         "lm_eval": version,
-        "samples": len(records),
         "n_samples": results.get("n-samples", {}),
         "limit": cfg.limit,
-        "errors": sum(r.error is not None for r in records),
+        "groups": groups,
+    }
+    return _finish(cfg.out, base, records, tasks, notes, t0)
+
+
+def _retry_errors(cfg: GeneralEvalConfig, meta: RunMeta, tm: Any) -> dict[str, Any]:
+    """--retry-errors: the samples of --out recorded as errors, run again (lm-eval's
+    ``samples``); their new records replace the old, and the tasks they belong to are
+    recomputed over the merged records."""
+    done = prepare_results_dir(cfg.out, meta, True, GeneralRecord)  # same run, or refused
+    old = _old_summary(cfg.out)
+    todo: dict[str, list[int]] = {}
+    for r in done.values():
+        if r.error_kind is not None:
+            todo.setdefault(r.task, []).append(r.index)
+    if not todo:
+        log.warning("%s: no sample is recorded as an error: nothing to retry", cfg.out)
+        return old
+    t0 = time.monotonic()
+    selected = {t: sorted(set(ids)) for t, ids in todo.items()}
+    lm = _backend(cfg, str(meta.fingerprint["model"]))
+    results = _run(lm, cfg, tm, samples=selected)
+    merged = {**done, **{r.id: r for r in build_records(results, lm, selected)}}
+    records = list(merged.values())
+    groups = old.get("groups")
+    groups = groups if isinstance(groups, dict) else {}
+    tasks, notes = summarize_tasks(records, results, groups=groups, old=old["tasks"])
+    base = {**old, "retried": sum(map(len, selected.values()))}
+    return _finish(cfg.out, base, records, tasks, notes, t0)
+
+
+def _old_summary(out: Path) -> dict[str, Any]:
+    try:
+        old = json.loads((out / SUMMARY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = None
+    if not isinstance(old, dict) or not isinstance(old.get("tasks"), dict):
+        raise ConfigError(
+            f"{out / SUMMARY} is missing or not a summary of `astra-eval general`: the figures "
+            "of the tasks not retried are unknown",
+            hint="pass --overwrite to run every sample again",
+        )
+    return old
+
+
+def _finish(
+    out: Path,
+    base: dict[str, Any],
+    records: list[GeneralRecord],
+    tasks: dict[str, dict[str, float]],
+    notes: list[str],
+    t0: float,
+) -> dict[str, Any]:
+    """Write results.jsonl and summary.json; a task with no scored sample fails the run."""
+    _write_records(out / RESULTS, records)
+    errors = Counter(r.task for r in records if r.error_kind is not None)
+    summary = {
+        **base,
+        "tasks": tasks,
+        "samples": len(records),
+        "scored": len(records) - sum(errors.values()),
+        "errors": sum(errors.values()),
+        "errors_by_task": dict(sorted(errors.items())),
+        "notes": notes,
         "complete": True,
         "wall_s": round(time.monotonic() - t0, 2),
     }
-    write_json_atomic(cfg.out / SUMMARY, summary)
+    write_json_atomic(out / SUMMARY, summary)
+    totals = Counter(r.task for r in records)
+    unscored = [t for t, n in totals.items() if errors[t] == n]
+    if unscored:
+        first = next(r.error for r in records if r.task in unscored and r.error)
+        raise ServerError(
+            f"no sample of {', '.join(unscored)} could be scored: every reply was unusable "
+            f"({errors.total()} of {len(records)} samples; the first: {first})",
+            hint="is --base-url an OpenAI-compatible chat endpoint? the errors are in "
+            f"{out / RESULTS}; --retry-errors re-runs them",
+        )
     return summary
 
 
-def _run(lm: AstraChatLM, cfg: GeneralEvalConfig, tm: Any) -> dict[str, Any]:
-    """lm-eval's simple_evaluate; its failures as our errors: the endpoint's (EndpointDied,
-    exit 1), the tasks' before any request ran (ConfigError: a data set that cannot load),
-    anything after (exit 1, the traceback at debug level)."""
+def _run(
+    lm: AstraChatLM, cfg: GeneralEvalConfig, tm: Any, samples: dict[str, list[int]] | None = None
+) -> dict[str, Any]:
+    """lm-eval's simple_evaluate (over ``samples``' docs of their tasks where given); its
+    failures as our errors: the endpoint's (EndpointDied, exit 1), the tasks' before any
+    request ran (ConfigError: a data set that cannot load), anything after (exit 1, the
+    traceback at debug level)."""
     from lm_eval.evaluator import simple_evaluate
 
     try:
         results = simple_evaluate(
             model=lm,
-            tasks=list(cfg.tasks),
+            tasks=list(samples) if samples else list(cfg.tasks),
             task_manager=tm,
-            limit=cfg.limit,
+            limit=None if samples else cfg.limit,
+            samples=samples,
             apply_chat_template=True,
             log_samples=True,
         )
     except EndpointDied as exc:
+        again = "--retry-errors" if samples else "--overwrite"
         raise EndpointDied(
             f"the endpoint failed during the run: {exc.message}",
-            hint="nothing was recorded (lm-eval scores at the end): rerun with --overwrite "
+            hint=f"nothing was recorded (lm-eval scores at the end): rerun with {again} "
             "once the endpoint is back",
         ) from exc
     except AstraError:
@@ -288,32 +390,6 @@ def _run(lm: AstraChatLM, cfg: GeneralEvalConfig, tm: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------ results
 
 
-def _metric_names(keys: list[str]) -> dict[str, str]:
-    """lm-eval's ``metric,filter`` keys → our names: the bare metric where the task has one
-    filter, ``metric,filter`` where it has several."""
-    pairs = [k.split(",", 1) for k in keys if "," in k]
-    single = len({f for _, f in pairs}) <= 1
-    return {f"{m},{f}": m if single else f"{m},{f}" for m, f in pairs}
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, int | float):
-        return float(value)
-    return None
-
-
-def task_metrics(results: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """``summary.json``'s ``tasks``: per task (and group), each metric and its stderr."""
-    out: dict[str, dict[str, float]] = {}
-    for task, row in (results.get("results") or {}).items():
-        names = _metric_names(list(row))
-        metrics = {names[k]: v for k, v in row.items() if k in names and _number(v) is not None}
-        out[task] = {k: float(v) for k, v in metrics.items()}
-    return out
-
-
 def _prompt(chat: str) -> str:
     """The last user message of a chat prompt (lm-eval's JSON list of messages), cut."""
     try:
@@ -327,54 +403,67 @@ def _prompt(chat: str) -> str:
 
 def _record(
     task: str,
+    doc_id: int,
     samples: list[dict[str, Any]],
-    lm: AstraChatLM,
+    gens: list[Generation],
+    prompt: str,
     names: dict[str, str],
 ) -> GeneralRecord:
-    """One record from a doc's logged samples (one per filter) and its replies."""
+    """One record from a doc's logged samples (one per filter) and its replies. A sample one of
+    whose replies was unusable (or missing) is an inference error, without metric values
+    (lm-eval scored an empty answer, which is not the model's)."""
     first = samples[0]
-    key = (task, int(first["doc_id"]))
-    gens = lm.generations.get(key, [])
-    extracted = {s["filter"]: str((s.get("filtered_resps") or [""])[0]) for s in samples}
+    failed = next((g for g in gens if g.error), None)
+    error = failed.error if failed else (None if gens else "no reply was recorded for this sample")
+    extracted = {str(s.get("filter")): str((s.get("filtered_resps") or [""])[0]) for s in samples}
     metrics: dict[str, float] = {}
-    for s in samples:
+    for s in samples if error is None else []:
         for m in s.get("metrics", []):
-            value = _number(s.get(m))
+            value = number(s.get(m))
             if value is not None:
-                metrics[names.get(f"{m},{s['filter']}", m)] = value
+                metrics[names.get(f"{m},{s.get('filter')}", m)] = value
     gen = gens[0] if gens else None
     return GeneralRecord.model_validate(
         {
-            "id": f"{task}/{first['doc_id']}",
+            "id": f"{task}/{doc_id}",
             "task": task,
-            "index": int(first["doc_id"]),
-            "prompt": _prompt(lm.prompts.get(key, "")),
+            "index": doc_id,
+            "prompt": _prompt(prompt),
             "response": gen.content if gen else "",
             "reasoning": gen.reasoning if gen else None,
             "finish_reason": gen.finish_reason if gen else None,
             "answer": gen.answer if gen else "",
-            "extracted": next(iter(extracted.values()), ""),
+            "extracted": "" if error else next(iter(extracted.values()), ""),
             "target": str(first.get("target", "")),
-            "filters": extracted if len(extracted) > 1 else None,
+            "filters": extracted if len(extracted) > 1 and not error else None,
             "responses": [g.content for g in gens] if len(gens) > 1 else None,
-            "error": gen.error if gen else "no reply was recorded for this sample",
-            "error_kind": "inference" if gen is None or gen.error else None,
+            "error": error,
+            "error_kind": "inference" if error else None,
+            "endpoint_failure": "other" if failed else None,
             **metrics,
         }
     )
 
 
-def build_records(results: dict[str, Any], lm: AstraChatLM) -> list[GeneralRecord]:
+def build_records(
+    results: dict[str, Any], lm: AstraChatLM, selected: dict[str, list[int]] | None = None
+) -> list[GeneralRecord]:
     """One record per task sample (lm-eval's logged samples, one per filter, and the replies
-    ``lm`` kept), in task order, then sample order."""
+    ``lm`` kept), in task order, then sample order. ``selected``: the docs a --retry-errors
+    run asked for, by task (lm-eval numbers their requests 0, 1, … in that order)."""
     records = []
     for task, logged in (results.get("samples") or {}).items():
-        names = _metric_names(list((results.get("results") or {}).get(task, {})))
+        names = metric_names(list((results.get("results") or {}).get(task, {})))
         by_doc: dict[int, list[dict[str, Any]]] = {}
         for s in logged:
             by_doc.setdefault(int(s["doc_id"]), []).append(s)
+        chosen = (selected or {}).get(task)
+        position = {d: i for i, d in enumerate(chosen)} if chosen else {d: d for d in by_doc}
         for doc_id in sorted(by_doc):
-            records.append(_record(task, by_doc[doc_id], lm, names))
+            key = (task, position[doc_id])
+            gens = lm.generations.get(key, [])
+            prompt = lm.prompts.get(key, "")
+            records.append(_record(task, doc_id, by_doc[doc_id], gens, prompt, names))
     return records
 
 

@@ -3,7 +3,9 @@ turns of messages (reasoning, tool calls, tool results with their status), the r
 and for BFCL the checker's verdict and diff. Plain JSON; the page renders it as text only.
 
 Tool schemas are left out (their names are kept), and a text longer than :data:`MAX_TEXT`
-keeps its head and tail around a marker saying how much was cut.
+keeps its head and tail around a marker saying how much was cut. The records have been
+validated against their classes (:mod:`eval.rundir`); what those leave untyped (a message's
+fields, a tool's schema) is read as whatever it turns out to be.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def _message(m: dict[str, Any], events: dict[str, dict[str, Any]]) -> dict[str, 
     if reasoning:
         view["reasoning"] = clip(reasoning)
     calls = []
-    for c in m.get("tool_calls") or []:
+    raw_calls = m.get("tool_calls")
+    for c in raw_calls if isinstance(raw_calls, list) else []:
         fn = c.get("function") if isinstance(c, dict) else None
         if isinstance(fn, dict):
             calls.append([str(fn.get("name", "?")), clip(fn.get("arguments", ""))])
@@ -77,6 +80,11 @@ def turns(traj: dict[str, Any] | None) -> list[list[dict[str, Any]]]:
     return out
 
 
+def _tool_name(schema: Any) -> str:
+    fn = schema.get("function", schema) if isinstance(schema, dict) else None
+    return str(fn.get("name", "")) if isinstance(fn, dict) else "?"
+
+
 def _trajectory_facts(traj: dict[str, Any] | None) -> list[list[str]]:
     if not traj:
         return [["trajectory", "none recorded"]]
@@ -101,7 +109,7 @@ def _trajectory_facts(traj: dict[str, Any] | None) -> list[list[str]]:
             f"tools {num(timings.get('tools_s'))} s)",
         ],
     ]
-    names = [str(t.get("function", t).get("name", "")) for t in traj.get("tools") or []]
+    names = [_tool_name(t) for t in traj.get("tools") or []]
     if names:
         facts.append(["tools offered", ", ".join(names)])
     for change in traj.get("tool_changes") or []:

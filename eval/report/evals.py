@@ -307,11 +307,29 @@ def general_section(runs: list[Run], page: Page) -> Section:
         blocks.append(Charts([page.figure(charts.bars("Metrics per task", x, series, digits=3))]))
     if published:
         blocks.append(_published_table(published))
+    blocks += _general_notes(runs)
     entries: list[Block] = []
     for run in runs:
         if run.records:
             entries += [Heading(f"Samples of {run.name}"), _entries(page, run, general_view)]
     return Section("general", "General benchmarks", "general", blocks, entries)
+
+
+def _general_notes(runs: list[Run]) -> list[Block]:
+    """Samples that got no usable reply (left out of the metrics), and the summary's notes."""
+    notes: list[Block] = []
+    for run in runs:
+        s = run.summary or {}
+        if isinstance(s.get("errors"), int) and s["errors"] > 0:
+            notes.append(
+                Note(
+                    f"{run.name}: {s['errors']} of {num(s.get('samples'))} samples got no usable "
+                    "reply (inference errors): left out of the metrics",
+                    "warn",
+                )
+            )
+        notes += [Note(f"{run.name}: {n}", "warn") for n in s.get("notes") or []]
+    return notes
 
 
 def _tasks(summary: dict[str, Any] | None) -> dict[str, dict[str, Any]]:

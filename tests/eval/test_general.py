@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,23 +75,180 @@ def test_answer_after_think(text: str | None, answer: str) -> None:
     assert answer_after_think(text) == answer
 
 
-def test_replies_that_are_not_chat_completions_are_errors_not_answers() -> None:
-    from eval.general.backend import AstraChatLM, Generation
+# Bodies an endpoint (or a proxy in front of it) answers HTTP 200 with that are not chat
+# completions: (body, content type, what the error says).
+JSON = "application/json"
+BAD_BODIES: dict[str, tuple[Any, str, str]] = {
+    "undecodable": (b"\xff\xfe{not json", JSON, "not UTF-8 text"),
+    "empty_body": (b"", JSON, "the body is empty"),
+    "null": (b"null", JSON, "the body is empty (or JSON null)"),
+    "truncated_json": (b'{"choices": [{"message": {"content": "Answ', JSON, "not JSON"),
+    "html": (b"<html><body>502 Bad Gateway</body></html>", "text/html", "not JSON"),
+    "empty_choices": ({"id": "x", "object": "chat.completion", "choices": []}, JSON, "no choices"),
+    "empty_object": ({}, JSON, "no choices"),
+    "json_list": ([{"choices": []}], JSON, "a JSON list"),
+    "json_string": ("Answer: 7", JSON, "JSON str"),
+    "no_message": ({"choices": [{"index": 0, "text": "7"}]}, JSON, "a choice without a message"),
+    "content_object": (
+        {"choices": [{"index": 0, "message": {"content": {"text": "7"}}}]},
+        JSON,
+        "the content is not text",
+    ),
+}
+
+
+def test_bodies_that_are_not_chat_completions_are_named() -> None:
+    from eval.general.backend import AstraChatLM, Generation, NotAChatCompletion
 
     lm = AstraChatLM(base_url="http://127.0.0.1:9/v1/chat/completions", model="m",
                      sampling={}, max_tokens=None, timeout_s=5)  # fmt: skip
-    ok, no_choices, bad = (
-        Generation.decode(t)
-        for out in (
-            {"choices": [{"index": 0, "message": {"content": None, "reasoning": "r"}}]},
-            {"object": "error"},
-            {"choices": [{"index": 0, "text": "completions, not chat"}]},
-        )
-        for t in lm.parse_generations(out)
+    (ok,) = map(
+        Generation.decode,
+        lm.parse_generations(
+            {"choices": [{"index": 0, "message": {"content": None, "reasoning": "r"}}]}
+        ),
     )
     assert (ok.content, ok.reasoning, ok.answer, ok.error) == ("", "r", "", None)
-    assert no_choices.error and "no choices" in no_choices.error
-    assert bad.error and "not a chat completion" in bad.error
+    b, a = ({"index": i, "message": {"content": t}} for i, t in ((1, "b"), (0, "a")))
+    two = lm.parse_generations({"choices": [b, a]})
+    assert [Generation.decode(t).content for t in two] == ["a", "b"]  # in index order
+    for body, _, what in BAD_BODIES.values():
+        if isinstance(body, bytes):
+            continue
+        with pytest.raises(NotAChatCompletion, match=what):
+            lm.parse_generations(body)
+
+
+def _index(req: dict[str, Any]) -> int:
+    return QUESTIONS.index(req["messages"][-1]["content"].split("\n")[0])
+
+
+def _answers(right_below: int) -> Callable[[dict[str, Any]], Reply]:
+    """Samples below ``right_below`` answered rightly, the others wrongly."""
+
+    def script(req: dict[str, Any]) -> Reply:
+        i = _index(req)
+        a = ANSWERS[QUESTIONS[i]]
+        return Reply(content=f"<think>hmm</think>Answer: {a if i < right_below else a + 1}")
+
+    return script
+
+
+def _bad_then_good(
+    bad: Reply, attempts: dict[int, int], always: tuple[int, ...] = (0,)
+) -> Callable[[dict[str, Any]], Reply]:
+    """The samples ``always`` are always answered with ``bad``; sample 1 once with ``bad``,
+    then rightly; the others rightly below 4, wrongly from 4 on."""
+    lock = threading.Lock()
+    good = _answers(4)
+
+    def script(req: dict[str, Any]) -> Reply:
+        i = _index(req)
+        with lock:
+            attempts[i] = attempts.get(i, 0) + 1
+            n = attempts[i]
+        return bad if i in always or (i == 1 and n == 1) else good(req)
+
+    return script
+
+
+@pytest.mark.parametrize("name", sorted(BAD_BODIES))
+def test_a_reply_that_is_not_a_chat_completion_is_an_error_not_a_wrong_answer(
+    tmp_path: Path, name: str
+) -> None:
+    """Retried as configured (2 retries), then the sample is an inference error: recorded with
+    its cause and no metric value, left out of the task's figure, counted in the summary; the
+    other samples are scored (exit 0). Half the bodies go through lm-eval's sync path
+    (--concurrency 1), half through its async one."""
+    body, content_type, what = BAD_BODIES[name]
+    attempts: dict[int, int] = {}
+    script = _bad_then_good(Reply(body=body, content_type=content_type), attempts)
+    concurrency = "1" if sorted(BAD_BODIES).index(name) % 2 else "3"
+    env = {"ASTRA_EVAL_MODEL__MAX_RETRIES": "2", "ASTRA_EVAL_MODEL__RETRY_BACKOFF_S": "0"}
+    out = tmp_path / "run"
+    with ScriptedServer(script) as srv:
+        args = ("--base-url", srv.base_url, "--out", str(out), "--limit", "6")
+        res = general(*args, "--concurrency", concurrency, env=env)
+    assert res.exit_code == 0, res.output
+    assert attempts == {0: 3, 1: 2, 2: 1, 3: 1, 4: 1, 5: 1}  # sample 0: 1 + 2 retries
+    recs = {r["index"]: r for r in records(out)}
+    bad = recs[0]
+    assert bad["error_kind"] == "inference" and bad["endpoint_failure"] == "other"
+    assert "not a chat completion" in bad["error"] and what in bad["error"]
+    assert "exact_match" not in bad and bad["extracted"] == "" and bad["response"] == ""
+    assert recs[1]["error"] is None and recs[1]["exact_match"] == 1.0  # the retry answered
+    assert [recs[i]["exact_match"] for i in range(1, 6)] == [1.0, 1.0, 1.0, 0.0, 0.0]
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["samples"], summary["scored"], summary["errors"]) == (6, 5, 1)
+    assert summary["errors_by_task"] == {"astra_arith": 1}
+    m = summary["tasks"]["astra_arith"]
+    assert m["exact_match"] == pytest.approx(3 / 5)  # over the scored samples, not 3 / 6
+    assert m["exact_match_stderr"] == pytest.approx((0.6 * 0.4 * 5 / 4) ** 0.5 / 5**0.5)
+    assert "1 of 6 sample(s) got no usable reply" in res.stdout
+    assert "--retry-errors" in res.stdout
+
+
+def test_no_sample_scored_fails_the_run(tmp_path: Path) -> None:
+    """Every reply HTML (a proxy's page, as users run it: a process of its own): the results
+    are written (each sample an error), the run exits 1 with one clear message."""
+    out = tmp_path / "run"
+    html = Reply(body=b"<html>Sign in</html>", content_type="text/html")
+    with ScriptedServer([html]) as srv:
+        args = ["general", "--base-url", srv.base_url, "--out", str(out), "--limit", "3"]
+        proc = subprocess.run(
+            [sys.executable, "-m", "eval", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+            env={**os.environ, "COLUMNS": "200", **NO_WAIT},
+        )
+        assert len(srv.requests) == 3 * 2  # one retry each
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "no sample of astra_arith could be scored" in proc.stderr
+    assert "OpenAI-compatible chat endpoint" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.count("(2 tries)") == 3  # said per sample, with its retries
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["samples"], summary["scored"], summary["errors"]) == (3, 0, 3)
+    assert summary["tasks"] == {"astra_arith": {}}  # no figure, rather than 0.0
+    assert all(r["error_kind"] == "inference" and "exact_match" not in r for r in records(out))
+
+
+def test_retry_errors_reruns_only_the_errors(tmp_path: Path) -> None:
+    """--retry-errors sends only the samples recorded as errors (2 and 4: lm-eval numbers
+    them 0 and 1 in its requests); their new records replace the old ones, and the figures
+    are those of a run that never failed."""
+    out, clean = tmp_path / "run", tmp_path / "clean"
+    with ScriptedServer(_bad_then_good(Reply(body={}), {}, always=(2, 4))) as srv:
+        base = ("--base-url", srv.base_url, "--limit", "6", "--concurrency", "2")
+        assert general(*base, "--out", str(out), env=NO_WAIT).exit_code == 0
+        before = {r["id"]: r for r in records(out)}
+        assert [k for k, r in before.items() if r["error"]] == ["astra_arith/2", "astra_arith/4"]
+        res = general(*base, "--out", str(out), "--overwrite", "--retry-errors")
+        assert res.exit_code == 2 and "exclude each other" in res.stderr
+        res = general(*base, "--out", str(out), "--temperature", "0.1", "--retry-errors")
+        assert res.exit_code == 2 and "different configuration" in res.stderr
+        srv.set_script(_answers(4))  # the endpoint is fixed
+        n = len(srv.requests)
+        res = general(*base, "--out", str(out), "--retry-errors")
+        assert res.exit_code == 0, res.output
+        assert sorted(map(_index, srv.requests[n:])) == [2, 4]  # those two only
+        res = general(*base, "--out", str(out), "--retry-errors")
+        assert res.exit_code == 0 and len(srv.requests) == n + 2  # nothing left to retry
+        assert general(*base, "--out", str(clean)).exit_code == 0
+    after = {r["id"]: r for r in records(out)}
+    assert list(after) == list(before)  # same samples, same order
+    for i, score in ((2, 1.0), (4, 0.0)):  # each reply went to its own sample
+        r = after[f"astra_arith/{i}"]
+        assert r["error"] is None and r["exact_match"] == score
+        assert r["prompt"].startswith(QUESTIONS[i]) and r["target"] == str(ANSWERS[QUESTIONS[i]])
+        assert r["extracted"] == str(ANSWERS[QUESTIONS[i]] + (i >= 4))
+    assert all(after[k] == before[k] for k in before if k not in ("astra_arith/2", "astra_arith/4"))
+    summary = json.loads((out / "summary.json").read_text())
+    reference = json.loads((clean / "summary.json").read_text())
+    assert (summary["errors"], summary["scored"], summary["retried"]) == (0, 6, 2)
+    assert summary["tasks"]["astra_arith"] == pytest.approx(reference["tasks"]["astra_arith"])
+    assert summary["tasks"]["astra_arith"]["exact_match"] == pytest.approx(4 / 6)
 
 
 def test_shipped_task_scores_the_answer_after_think(

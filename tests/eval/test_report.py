@@ -145,6 +145,7 @@ def test_every_kind_renders_side_by_side(tmp_path: Path) -> None:
             "index": i,
             "prompt": "1+1?",
             "response": "2",
+            "answer": "2",
             "extracted": "2",
             "target": "2",
             "exact_match": 1.0,
@@ -248,6 +249,45 @@ def test_bad_run_directories_are_named_and_nothing_is_an_error(tmp_path: Path) -
     none = cli.invoke(app, ["report", str(tmp_path / "foreign"), "--out", str(tmp_path / "x")])
     assert none.exit_code == 2 and "nothing to report" in none.output
     assert not (tmp_path / "x").exists()
+
+
+def test_general_samples_without_a_usable_reply_are_noted(tmp_path: Path) -> None:
+    general = tmp_path / "general"
+    general.mkdir()
+    base = {
+        "task": "t",
+        "prompt": "1+1?",
+        "response": "",
+        "answer": "",
+        "extracted": "",
+        "target": "2",
+    }
+    append_jsonl(
+        general / RESULTS, {**base, "id": "t/0", "index": 0, "exact_match": 1.0}, fsync=False
+    )
+    error = {
+        "error": "the reply is not a chat completion (no choices: {})",
+        "error_kind": "inference",
+        "endpoint_failure": "other",
+    }
+    append_jsonl(general / RESULTS, {**base, "id": "t/1", "index": 1, **error}, fsync=False)
+    write_json_atomic(
+        general / SUMMARY,
+        {
+            "kind": "general",
+            "tasks": {"t": {"exact_match": 1.0}},
+            "samples": 2,
+            "scored": 1,
+            "errors": 1,
+            "notes": ["t: <b>a note</b>"],
+        },
+    )
+    html = render_report([load_run(general)])
+    assert "general: 1 of 2 samples got no usable reply (inference errors)" in html
+    assert "general: t: &lt;b&gt;a note&lt;/b&gt;" in html
+    (views,) = entry_views(html)
+    assert [v["status"] for v in views] == ["pass", "error"]
+    assert "not a chat completion" in views[1]["error"]
 
 
 def test_half_written_runs_are_reported_as_partial(tmp_path: Path) -> None:

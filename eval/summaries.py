@@ -1,0 +1,70 @@
+"""What the run-directory readers (:mod:`eval.rundir`: the report, comparisons) take of each
+eval's ``summary.json``: the fields they read, with the types the evals write them in, checked
+strictly (``"50"`` is not a number, ``null`` is not a dictionary); a field they do not read may
+hold anything. A summary that does not validate is not used: the figures are computed from the
+records instead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EvalSummary(BaseModel):
+    """What the report reads of every eval summary (a field it does not read may be
+    anything)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    model: str | None = None
+    total: int | None = None
+    complete: bool | None = None
+    wall_s: float | None = None
+
+
+class BFCLSummary(EvalSummary):
+    entries: int | None = None
+    accuracy: dict[str, float] = Field(default_factory=dict)
+    overall: float | None = None
+    overall_partial: bool = True
+    counts: dict[str, int] = Field(default_factory=dict)
+    errors: dict[str, int] = Field(default_factory=dict)
+    inference_errors: int | None = None
+
+
+class ArenaDomain(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    tasks: int | None = None
+    mean_reward: float | None = None
+    fully_solved: float | None = None
+
+
+class ArenaSummary(EvalSummary):
+    tasks: int | None = None
+    mean_reward: float | None = None
+    fully_solved: float | None = None
+    mean_recall: float | None = None
+    mean_precision: float | None = None
+    tool_calls_per_task: float | None = None
+    errors: dict[str, int] = Field(default_factory=dict)
+    terminations: dict[str, int] = Field(default_factory=dict)
+    domains: dict[str, ArenaDomain] = Field(default_factory=dict)
+
+
+class GeneralSummary(EvalSummary):
+    tasks: dict[str, dict[str, float]] = Field(default_factory=dict)
+    published: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    samples: int | None = None
+    scored: int | None = None
+    errors: int | None = None
+    errors_by_task: dict[str, int] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+
+SUMMARIES: dict[str, type[EvalSummary]] = {
+    "bfcl": BFCLSummary,
+    "arenas": ArenaSummary,
+    "general": GeneralSummary,
+}
