@@ -19,13 +19,13 @@ Files are JSONL, JSON (a list of records) or parquet. A file that cannot be read
 
 ``invalid_json`` a line that is not JSON (or nests deeper than the parser goes, or holds an
 integer of more than 4,300 digits); ``undecodable`` a line that is not UTF-8; ``line_too_long``
-a line of more than :data:`MAX_LINE_BYTES` (skipped without being held in memory);
+a line of more than :data:`MAX_LINE_BYTES` (skipped: never more of it is in memory);
 ``invalid_value`` a lone surrogate (``"\\ud800"``: not Unicode, so it cannot be tokenized or
 written), a non-finite number (``NaN``, ``Infinity``, ``1e400``) or nesting deeper than
 :data:`MAX_DEPTH`; ``unknown_format`` a record of none of the formats above; ``invalid_record`` /
 ``invalid_messages`` / ``invalid_tools`` a record of a known format whose fields have the wrong
-types; ``invalid_reward`` a reward that is not a number; ``torn_line`` a last line cut short (a
-killed writer).
+types; ``invalid_reward`` a reward that is not a finite number; ``torn_line`` a last line cut
+short (a killed writer).
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from training.data_schema import tools_problem
 # A JSONL line longer than this is skipped unread (``line_too_long``). Not derived from
 # ``max_length``: a record's line also holds what is never rendered (events, metadata, earlier
 # turns' reasoning, JSON escapes of up to 12 bytes a character), so no length of a line follows
-# from the length of its conversations; 64 MiB is ~600 times the longest ASTRA-SFT-1k record
-# and keeps the parsed record's memory to a few hundred MB.
+# from the length of its conversations; 64 MiB is hundreds of times a conversation of 20,480
+# tokens (~100 KB of text) and keeps the parsed record's memory to a few hundred MB.
 MAX_LINE_BYTES = 64 << 20
 # Deeper JSON is ``invalid_value``: a trajectory record with tool schemas nests ~15 deep.
 MAX_DEPTH = 100
