@@ -1,17 +1,27 @@
 """``astra-train data sft``: trajectories and SFT records → one parquet both backends read.
 
-Every input record (see :mod:`training.data_readers` for the formats) goes through the filters
-in order; the first that fails rejects it with a named reason (counted in ``stats.json``, one
-line per rejection in ``rejections.jsonl``):
+Inputs and ``--out`` are checked before any work (a missing input, a directory given as one,
+an ``--out`` that is a file or cannot be written: ConfigError). Then one bad record is one
+rejection, never the end of the build: what cannot be read into a record is rejected by the
+readers (:mod:`training.data_readers`: ``invalid_json``, ``undecodable``, ``line_too_long``,
+``invalid_value``, ``unknown_format``, ``invalid_record``, ``invalid_reward``, ``torn_line``).
+Every record read goes through the filters in order; the first that fails rejects it with a
+named reason (counted in ``stats.json``, one line per rejection in ``rejections.jsonl``):
 
 ``termination:<t>`` the episode ended in ``model_error``/``length``/``empty_reply``/``error``;
-``invalid_messages`` a message without a known role; ``malformed_tool_call`` arguments that are
-not a JSON object (or no name); ``unknown_tool`` a call to a tool that was not offered;
-``low_reward`` below ``min_reward``; then, per conversation after :func:`split_turns`:
-``duplicate`` the same messages and tools as an earlier one; ``no_trained_tokens`` no assistant
-message after the last user query; ``too_long`` over ``max_length`` (or, with ``truncate``, no
-prefix ending with an assistant message fits); ``template_mismatch`` the training render differs
-from the serving render; ``torn_line`` a partial last line.
+``invalid_messages`` / ``invalid_tools`` fields of the wrong type, and ``misplaced_system``,
+``consecutive_user``, ``consecutive_assistant``, ``unanswered_tool_call``,
+``orphan_tool_result`` messages in an order no model-driven conversation has (both
+:mod:`training.data_schema`); ``malformed_tool_call`` arguments that are not a JSON object (or
+no name); ``unknown_tool`` a call to a tool that was not offered; ``low_reward`` below
+``min_reward`` (a record without a reward is kept); then, per conversation after
+:func:`split_turns`: ``duplicate`` the same messages and tools as an earlier one;
+``control_text`` a string that would become control tokens (:func:`training.template.tokenize`);
+``no_trained_tokens`` no assistant message after the last user query; ``too_long`` over
+``max_length`` (or, with ``truncate``, no prefix ending with an assistant message fits) — found
+from the rendered text's length, without tokenizing it, where it cannot fit
+(:func:`training.template.text_limit`); ``template_mismatch`` the training render differs from
+the serving render.
 
 Output (written to temporary names, then renamed): ``sft.parquet`` with the columns ``id,
 source, messages, tools, provenance`` (JSON strings: parquet would unify the tool schemas of
@@ -24,20 +34,25 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
+import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from astra_agent.errors import ConfigError
-from training.data_readers import Candidate, Unreadable, read_inputs, tool_name
+from astra_agent.errors import AstraError, ConfigError
+from training.data_readers import FORMATS_HINT, Candidate, Unreadable, read_inputs, tool_name
+from training.data_schema import conversation_problem
 from training.template import (
+    ControlTextError,
     DataError,
     Tokenized,
+    TooLongError,
     check_matches_serving,
     last_query,
     load_tokenizer,
@@ -48,7 +63,6 @@ from training.template import (
 
 FORMAT = 1
 BAD_TERMINATIONS = ("model_error", "length", "empty_reply", "error")
-ROLES = {"system", "user", "assistant", "tool"}
 Progress = Callable[[int, int], None]
 
 
@@ -69,6 +83,13 @@ class DataOptions(BaseModel):
     min_reward: float | None = None
     split_turns: bool = True
     dedupe: bool = True
+
+    @field_validator("min_reward")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{value} is not a finite number (nan/inf would keep every record)")
+        return value
 
 
 class Rejection(BaseModel):
@@ -117,15 +138,6 @@ class _Reject(Exception):
 # ------------------------------------------------------------------ record filters
 
 
-def _check_messages(c: Candidate) -> None:
-    if not c.messages:
-        raise _Reject("invalid_messages", "no messages")
-    for i, m in enumerate(c.messages):
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
-            role = m.get("role") if isinstance(m, dict) else type(m).__name__
-            raise _Reject("invalid_messages", f"message {i}: role {role!r}")
-
-
 def _check_calls(c: Candidate) -> None:
     for i, m in enumerate(c.messages):
         offered = {tool_name(t) for t in c.tools_at(i)}
@@ -134,7 +146,7 @@ def _check_calls(c: Candidate) -> None:
             name = fn.get("name") if isinstance(fn, dict) else None
             args = fn.get("arguments") if isinstance(fn, dict) else None
             if isinstance(args, str):
-                with contextlib.suppress(ValueError):
+                with contextlib.suppress(ValueError, RecursionError):
                     args = json.loads(args)
             if not isinstance(name, str) or not name or not isinstance(args, dict):
                 raise _Reject("malformed_tool_call", f"message {i}: {json.dumps(fn)[:200]}")
@@ -145,7 +157,9 @@ def _check_calls(c: Candidate) -> None:
 def _check_record(c: Candidate, options: DataOptions) -> None:
     if c.termination in BAD_TERMINATIONS:
         raise _Reject(f"termination:{c.termination}", str(c.meta.get("error", ""))[:200])
-    _check_messages(c)
+    problem = conversation_problem(c.messages, [tools for _, tools in c.offers])
+    if problem:
+        raise _Reject(*problem)
     _check_calls(c)
     if options.min_reward is not None and c.reward is not None and c.reward < options.min_reward:
         raise _Reject("low_reward", f"reward {c.reward} < {options.min_reward}")
@@ -158,20 +172,31 @@ def _fit(
     tokenizer: Any, msgs: list[dict[str, Any]], tools: list[dict[str, Any]], options: DataOptions
 ) -> tuple[list[dict[str, Any]], Tokenized, bool]:
     """The conversation tokenized, cut at a turn boundary if allowed and needed."""
+    limit = options.max_length
     try:
-        tok = tokenize(tokenizer, msgs, tools)
+        tok: Tokenized | None = tokenize(tokenizer, msgs, tools, max_tokens=limit)
+        detail = ""
+    except ControlTextError as exc:
+        raise _Reject("control_text", exc.message) from exc
+    except TooLongError as exc:
+        tok, detail = None, exc.message
     except DataError as exc:
-        raise _Reject("no_trained_tokens", str(exc)) from exc
-    if tok.num_tokens <= options.max_length:
+        raise _Reject("no_trained_tokens", exc.message) from exc
+    if tok is not None and tok.num_tokens <= limit:
         return msgs, tok, False
     if options.overlong == "truncate":
         after = last_query(msgs)
         ends = [i for i in range(len(msgs) - 2, after, -1) if msgs[i].get("role") == "assistant"]
         for end in ends:
-            cut = tokenize(tokenizer, msgs[: end + 1], tools)
-            if cut.num_tokens <= options.max_length:
+            try:
+                cut = tokenize(tokenizer, msgs[: end + 1], tools, max_tokens=limit)
+            except DataError:  # TooLongError, or nothing to train in this prefix
+                continue
+            if cut.num_tokens <= limit:
                 return msgs[: end + 1], cut, True
-    raise _Reject("too_long", f"{tok.num_tokens} tokens > max_length {options.max_length}")
+    if tok is not None:
+        detail = f"{tok.num_tokens} tokens > max_length {limit}"
+    raise _Reject("too_long", detail)
 
 
 def _conversations(
@@ -201,6 +226,7 @@ class _Builder:
     rejections: list[Rejection]
 
     def reject(self, c: Candidate | Unreadable, rec_id: str, err: _Reject) -> None:
+        """Record the rejection of ``c`` (the build goes on)."""
         self.rejections.append(
             Rejection(file=c.file, line=c.line, id=rec_id, reason=err.reason, detail=err.detail)
         )
@@ -301,6 +327,35 @@ def fingerprint(inputs: list[Path], options: DataOptions, tokenizer: Any) -> str
 OUTPUTS = ("sft.parquet", "stats.json", "rejections.jsonl")
 
 
+def _check_paths(inputs: list[Path], out: Path) -> None:
+    """ConfigError, before any work, if an input cannot be read or ``out`` cannot be written."""
+    if not inputs:
+        raise ConfigError("no input file given")
+    for path in inputs:
+        if path.is_dir():
+            raise ConfigError(f"input {path} is a directory: pass the files in it")
+        if not path.exists():
+            raise ConfigError(f"input {path} not found")
+        if not path.is_file():
+            raise ConfigError(f"input {path} is not a regular file")
+        try:
+            path.open("rb").close()
+        except OSError as exc:
+            raise ConfigError(f"input {path} cannot be read: {exc.strerror}") from None
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a directory")
+    parent = out
+    while not parent.exists():  # the directory that mkdir(parents=True) would write into
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"--out {out}: {parent} is a file, not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=parent, prefix=".astra-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: {parent} is not writable ({exc.strerror})") from None
+
+
 def _check_out(out: Path, digest: str, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file, not a directory")
@@ -362,12 +417,19 @@ def _write_parquet(rows: list[_Built], path: Path) -> None:
 def _write_outputs(
     out: Path, rows: list[_Built], stats: DataStats, rejections: list[Rejection]
 ) -> None:
-    out.mkdir(parents=True, exist_ok=True)
     lines = "".join(r.model_dump_json() + "\n" for r in rejections)
-    _write_atomic(out / "sft.parquet", lambda p: _write_parquet(rows, p))
-    _write_atomic(out / "rejections.jsonl", lambda p: _write_text(p, lines))
-    # stats.json last: it marks the build complete (and carries its fingerprint)
-    _write_atomic(out / "stats.json", lambda p: _write_text(p, stats.model_dump_json(indent=2)))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_atomic(out / "sft.parquet", lambda p: _write_parquet(rows, p))
+        _write_atomic(out / "rejections.jsonl", lambda p: _write_text(p, lines))
+        # stats.json last: it marks the build complete (and carries its fingerprint)
+        text = stats.model_dump_json(indent=2)
+        _write_atomic(out / "stats.json", lambda p: _write_text(p, text))
+    except OSError as exc:  # the disk filled, or --out changed since it was checked
+        raise AstraError(f"writing {out} failed: {exc}") from None
+
+
+UNREADABLE = ("invalid_json", "undecodable", "line_too_long", "unknown_format", "torn_line")
 
 
 def _empty_error(stats: DataStats, rejections: list[Rejection]) -> DataError:
@@ -376,9 +438,12 @@ def _empty_error(stats: DataStats, rejections: list[Rejection]) -> DataError:
     where = (
         f"; first: {first.file}:{first.line} {first.reason} {first.detail[:200]}" if first else ""
     )
+    unreadable = first is not None and all(r.reason in UNREADABLE for r in rejections)
     return DataError(
         f"no conversation left to train on after filtering ({counts}){where}",
-        hint="check --min-reward / --max-length, or the inputs' terminations",
+        hint=FORMATS_HINT
+        if unreadable
+        else "check --min-reward / --max-length, or the inputs' terminations",
     )
 
 
@@ -392,8 +457,7 @@ def build_sft_data(
 ) -> DataStats:
     """Read, filter, split and tokenize ``inputs``; write ``out/sft.parquet``, ``stats.json``
     and ``rejections.jsonl`` (nothing is written if the build fails)."""
-    if not inputs:
-        raise ConfigError("no input file given")
+    _check_paths(inputs, out)
     tokenizer = load_tokenizer(options.tokenizer)
     digest = fingerprint(inputs, options, tokenizer)
     _check_out(out, digest, overwrite)
@@ -407,7 +471,7 @@ def build_sft_data(
     b = _Builder(tokenizer, options, stats, set(), [], [])
     for i, rec in enumerate(records, start=1):
         if isinstance(rec, Unreadable):
-            b.reject(rec, f"{Path(rec.file).name}:{rec.line}", _Reject("torn_line", rec.detail))
+            b.reject(rec, f"{Path(rec.file).name}:{rec.line}", _Reject(rec.reason, rec.detail))
         else:
             b.add(rec)
         if progress is not None:

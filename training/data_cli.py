@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from pydantic import ValidationError
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from astra_agent.console import cli_errors, console, err_console
@@ -92,7 +99,9 @@ def sft(
         )
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ConfigError(f"--{'-'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        msg = str(first["ctx"]["error"]) if first["type"] == "value_error" else first["msg"]
+        flag = "-".join(str(p) for p in first["loc"]).replace("_", "-")
+        raise ConfigError(f"--{flag}: {msg}") from None
     bar = Progress(
         TextColumn("[bold]records"),
         BarColumn(),
@@ -100,11 +109,17 @@ def sft(
         TimeElapsedColumn(),
         console=err_console,
     )
-    with bar:
-        job = bar.add_task("records", total=None)
+    jobs: list[TaskID] = []
 
-        def hook(done: int, total: int) -> None:
-            bar.update(job, completed=done, total=total)
+    def hook(done: int, total: int) -> None:
+        if not jobs:  # started by the first record: an error before that prints alone
+            bar.start()
+            jobs.append(bar.add_task("records", total=total))
+        bar.update(jobs[0], completed=done, total=total)
 
+    try:
         stats = build_sft_data(inputs, out, options, hook, overwrite=overwrite)
+    finally:
+        if jobs:
+            bar.stop()
     console.print(_summary(stats, out))

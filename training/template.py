@@ -12,12 +12,37 @@ The mask is 1 on the tokens of the assistant messages after the last user query:
 template renders with their reasoning. Earlier turns' assistant messages are rendered without
 it (as Qwen3 does), so they are context only; :func:`split_turns` gives each user turn a
 conversation of its own so that every assistant message is trained once, with its reasoning.
+
+:func:`tokenize` refuses two kinds of conversation before tokenizing them:
+
+* **Control text** (:class:`ControlTextError`): the tokenizer turns the text of each of its
+  special and added tokens (``<|im_end|>``, ``<|im_start|>``, ``<|endoftext|>``, and here also
+  ``<think>``, ``<tool_call>``, ``<tool_response>`` and their closing tags) into that token
+  wherever it appears, so one message holding ``<|im_end|>\n<|im_start|>assistant\n…`` would
+  forge whole turns into the sequence. Any string the template may render (content, reasoning,
+  call names and arguments, the tools, any other field; keys too) holding one is refused. Think
+  tags are the template's own syntax in an assistant message whatever the tokenizer: its
+  content may carry its reasoning inline as ``<think>R</think>C`` (the template splits it out;
+  anything else with think tags would be dropped or mis-split), its reasoning holds none. The
+  shipped template puts its own text between any two strings it renders, so no token can be
+  formed across a boundary either.
+* **Text that cannot fit** (:class:`TooLongError`, with ``max_tokens``): a rendered conversation
+  of more than ``max_tokens × B × r`` UTF-8 bytes cannot fit in ``max_tokens`` tokens, where B
+  is the most bytes one token stands for (the longest vocabulary entry or added token) and r
+  how much the tokenizer's normalizer can shrink UTF-8 (1 without one; 4 for NFC/NFD, 5 for
+  NFKC/NFKD: the most measured over every code point is 3 and 4). That holds for byte-level BPE,
+  whose tokens spell out every byte of the normalized text (every byte is in its vocabulary,
+  so no unknown token swallows text) — the tiny checkpoints' and Qwen3's tokenizers. For any
+  other tokenizer (WordPiece, an unknown token, a normalizer or pre-tokenizer that can delete
+  text) :func:`text_limit` is None and the text is tokenized to be measured.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -39,10 +64,24 @@ _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 HEADER = "<|im_start|>assistant\n"
 END = "<|im_end|>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+# How much a normalizer can shrink the UTF-8 of a text, at most (measured over every code
+# point: NFC/NFD 3, e.g. U+1FEF → "`"; NFKC/NFKD 4, e.g. U+107A5 → "q"; one more for margin).
+_SHRINK = {"NFC": 4, "NFD": 4, "NFKC": 5, "NFKD": 5}
+_SPLIT_KEEPS = {"Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"}
 
 
 class DataError(ConfigError):
     """A conversation cannot be trained on as it is (nothing to train, a render mismatch)."""
+
+
+class ControlTextError(DataError):
+    """A string the template renders holds the text of a special/added token (or think tags
+    where the template reads them): it would become control tokens."""
+
+
+class TooLongError(DataError):
+    """The rendered conversation has more bytes than ``max_tokens`` tokens can stand for."""
 
 
 def serving_template(tokenizer_or_dir: Any) -> str:
@@ -182,6 +221,141 @@ def last_query(messages: list[dict[str, Any]]) -> int:
     return len(messages) - 1
 
 
+@dataclass(frozen=True)
+class _Controls:
+    """What a tokenizer turns into control tokens."""
+
+    any: re.Pattern[str]  # the text of any special/added token
+    reply: re.Pattern[str]  # the same, or a think tag (where the template reads them)
+    normalize: Callable[[str], str] | None  # where added tokens match after normalizing
+
+    def find(self, pattern: re.Pattern[str], text: str) -> str | None:
+        found = pattern.search(text)
+        if found is None and self.normalize is not None:
+            found = pattern.search(self.normalize(text))
+        return found.group() if found else None
+
+    def first_leaf(self, value: Any, pattern: re.Pattern[str]) -> str | None:
+        """The first match of ``pattern`` in a string, key or value inside ``value``."""
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, str):
+                found = self.find(pattern, v)
+                if found:
+                    return found
+            elif isinstance(v, dict):
+                stack.extend(v.keys())
+                stack.extend(v.values())
+            elif isinstance(v, list | tuple):
+                stack.extend(v)
+        return None
+
+
+@lru_cache(maxsize=8)
+def _controls(tokenizer: Any) -> _Controls:
+    added = list(getattr(tokenizer, "added_tokens_decoder", {}).values())
+    texts = {t.content for t in added} | set(getattr(tokenizer, "all_special_tokens", []))
+    ordered = sorted((t for t in texts if t), key=len, reverse=True)
+    normalizer: Any = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)
+    normalized = normalizer is not None and any(getattr(t, "normalized", False) for t in added)
+    return _Controls(
+        any=re.compile("|".join(re.escape(t) for t in ordered) or r"(?!)"),
+        reply=re.compile("|".join(re.escape(t) for t in [*ordered, THINK_OPEN, THINK_CLOSE])),
+        normalize=normalizer.normalize_str if normalized else None,
+    )
+
+
+def _assistant_content(text: str, controls: _Controls) -> str | None:
+    """What in an assistant message's content is control text, as the template splits it."""
+    if THINK_CLOSE not in text:
+        return controls.find(controls.reply, text)
+    head, *rest = text.split(THINK_CLOSE)
+    before, _, reasoning = head.rpartition(THINK_OPEN)
+    if len(rest) > 1:
+        return f"{THINK_CLOSE} twice (the template drops what lies between)"
+    if before.strip():
+        return f"text before {THINK_OPEN} (the template drops it)"
+    return controls.find(controls.reply, reasoning) or controls.find(controls.reply, rest[0])
+
+
+def control_text(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> str | None:
+    """Where the conversation holds text that would become control tokens (None: nowhere)."""
+    controls = _controls(tokenizer)
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            continue
+        assistant = m.get("role") == "assistant"
+        for key, value in m.items():
+            if key == "content" and assistant:
+                found = _assistant_content(content_text(value), controls)
+            elif key == "content":
+                found = controls.find(controls.any, content_text(value))
+            elif key in ("reasoning_content", "reasoning") and assistant:
+                found = controls.first_leaf(value, controls.reply)
+            else:
+                found = controls.first_leaf([key, value], controls.any)
+            if found:
+                return f"message {i} {str(key)[:40]}: {found}"
+    found = controls.first_leaf(tools or [], controls.any)
+    return f"tools: {found}" if found else None
+
+
+@lru_cache(maxsize=8)
+def bytes_per_token(tokenizer: Any) -> int | None:
+    """B × r of the module docstring: at most how many UTF-8 bytes of text one token stands for
+    (None: no such bound holds for this tokenizer)."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    spec = json.loads(backend.to_str())
+    model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    kinds = [p.get("type") for p in parts]
+    keeps_all = all(
+        k in ("ByteLevel", "Digits") or (k == "Split" and p.get("behavior") in _SPLIT_KEEPS)
+        for k, p in zip(kinds, parts, strict=True)
+    )
+    vocab = model.get("vocab") or {}
+    if model.get("type") != "BPE" or "ByteLevel" not in kinds or not keeps_all:
+        return None
+    if not isinstance(vocab, dict) or not set(ByteLevel.alphabet()) <= vocab.keys():
+        return None
+    shrink = _shrink(spec.get("normalizer"))
+    if shrink is None:
+        return None
+    longest = max(
+        [len(t) for t in vocab]  # byte-level: one character per byte
+        + [len(str(t.get("content", "")).encode()) for t in spec.get("added_tokens") or []]
+    )
+    return longest * shrink
+
+
+def _shrink(normalizer: dict[str, Any] | None) -> int | None:
+    if normalizer is None:
+        return 1
+    if normalizer.get("type") == "Sequence":
+        total = 1
+        for part in normalizer.get("normalizers") or []:
+            one = _shrink(part)
+            if one is None:
+                return None
+            total *= one
+        return total
+    return _SHRINK.get(str(normalizer.get("type")))
+
+
+def text_limit(tokenizer: Any, max_tokens: int) -> int | None:
+    """The most UTF-8 bytes the rendered text of ``max_tokens`` tokens can have (None: no
+    bound for this tokenizer)."""
+    per = bytes_per_token(tokenizer)
+    return None if per is None else max_tokens * per
+
+
 def _render(
     tokenizer: Any,
     messages: list[dict[str, Any]],
@@ -219,12 +393,35 @@ def tokenize_text(tokenizer: Any, text: str) -> tuple[list[int], list[tuple[int,
     return list(enc["input_ids"]), [(int(a), int(b)) for a, b in enc["offset_mapping"]]
 
 
+def _check_fits(tokenizer: Any, text: str, max_tokens: int) -> None:
+    """TooLongError if ``text`` has more bytes than ``max_tokens`` tokens can stand for."""
+    per = bytes_per_token(tokenizer)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if per is not None and size > max_tokens * per:
+        raise TooLongError(
+            f"{size} bytes of text cannot fit in max_length {max_tokens} "
+            f"(a token stands for {per} bytes at most)"
+        )
+
+
 def tokenize(
-    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    *,
+    max_tokens: int | None = None,
 ) -> Tokenized:
-    """Token ids (identical to the serving render) and the loss mask of one conversation."""
+    """Token ids (identical to the serving render) and the loss mask of one conversation.
+
+    ControlTextError if a message or tool holds control text; TooLongError if ``max_tokens``
+    is given and the rendered text cannot fit it (found without tokenizing)."""
+    found = control_text(tokenizer, messages, tools)
+    if found:
+        raise ControlTextError(f"control text in {found[:200]}")
     template = training_template(serving_template(tokenizer))
     text, spans = _render(tokenizer, messages, tools, template, spans=True)
+    if max_tokens is not None:
+        _check_fits(tokenizer, text, max_tokens)
     assistants = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     if len(spans) != len(assistants):
         raise DataError(

@@ -313,12 +313,9 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(
     out = tmp_path / "out"
     neither = tmp_path / "notes.jsonl"
     neither.write_text('{"prompt": "a", "completion": "b"}\n')
-    with pytest.raises(ConfigError, match=r"notes.jsonl:1 is not a record of a known format"):
+    with pytest.raises(ConfigError, match=r"unknown_format: 1\); first: \S*notes.jsonl:1 ") as e:
         build_sft_data([neither], out, opts(tiny_tokenizer_dir))
-    garbage = tmp_path / "garbage.jsonl"
-    garbage.write_text(traj().to_json_line() + "not json\n" + traj().to_json_line())
-    with pytest.raises(ConfigError, match=r"garbage.jsonl:2 is not a JSON line"):
-        build_sft_data([garbage], out, opts(tiny_tokenizer_dir))
+    assert "keys: completion, prompt" in e.value.message and "OpenAI" in str(e.value.hint)
     not_pq = tmp_path / "x.parquet"
     not_pq.write_text("nope")
     with pytest.raises(ConfigError, match="not a readable parquet"):
@@ -331,6 +328,16 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(
     with pytest.raises(ConfigError, match="not a directory"):
         build_sft_data([empty], out, opts(tmp_path / "no-such-model"))
     assert not out.exists()
+
+
+def test_a_line_that_is_not_json_is_one_rejection(tiny_tokenizer_dir: Path, tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text(traj(id="a").to_json_line() + "not json\n" + traj(id="b").to_json_line())
+    out = tmp_path / "out"
+    stats = build_sft_data([garbage], out, opts(tiny_tokenizer_dir, dedupe=False))
+    assert stats.rejections == {"invalid_json": 1} and stats.conversations == 2
+    (rej,) = rejections(out)
+    assert (rej["line"], rej["id"], rej["reason"]) == (2, "garbage.jsonl:2", "invalid_json")
 
 
 def test_out_dir_of_a_different_build_is_refused(tiny_tokenizer_dir: Path, tmp_path: Path) -> None:
