@@ -36,9 +36,11 @@ def setup_logging(verbose: bool = False) -> None:
 def fail(exc: AstraError) -> typer.Exit:
     """Print ``exc`` as one clear message and return the Exit to raise."""
     # Escaped: a path or a server's words may hold brackets that rich would take as markup.
-    err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False)
+    # Not wrapped at the console's width: one message is one line (for grep, logs and tests),
+    # the terminal folds it for the eye.
+    err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
     if exc.hint:
-        err_console.print(f"[yellow]hint:[/] {escape(exc.hint)}", highlight=False)
+        err_console.print(f"[yellow]hint:[/] {escape(exc.hint)}", highlight=False, soft_wrap=True)
     return typer.Exit(exc.exit_code)
 
 

@@ -28,7 +28,9 @@ from tests.eval.test_report import entry_views
 from tests.eval.test_rundir import arena_record, arena_run, bfcl_record, bfcl_run, training_run
 
 ROOT = Path(__file__).parents[2]
-ALARM_S = 30
+# Far above any read here, so that a slow machine (the CLI tests run subprocesses under it,
+# each bounded by its own timeout) is not taken for a hang; a blocked read waits forever.
+ALARM_S = 300
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +47,7 @@ def no_hang() -> Iterator[None]:
     signal.signal(signal.SIGALRM, old)
 
 
-def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "eval", *args],
         capture_output=True,
