@@ -4,6 +4,7 @@ proof and the RL proof start from."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -136,57 +137,102 @@ class TaskProbe:
         return sum(self.sampled) / len(self.sampled) if self.sampled else 0.0
 
 
-def probe_tasks(checkpoint: Path, tasks_file: Path, work: Path, samples: int) -> list[TaskProbe]:
-    """Roll ``checkpoint`` out on every task of ``tasks_file`` through the RL rollout path (the
-    real vLLM-CPU server, pooled sandboxes, the RL recipe's limits): one greedy episode each,
-    then ``samples`` seeded episodes at the recipe's temperature on the tasks solved greedily
-    (the others are not candidates for the RL proof). Deterministic: vLLM seeds each episode."""
-    import asyncio
-    from dataclasses import replace
+class Roller:
+    """Episodes of a checkpoint on arena tasks through the RL rollout path (the real vLLM-CPU
+    server, pooled sandboxes, the RL recipe's limits and temperature), seeded as RL seeds them:
+    the same checkpoint, task, ``step`` and sample index give the same episode, so that two
+    checkpoints rolled out with the same seeds can be compared pair by pair. Use as
+    ``async with Roller(ckpt, work) as r: await r.rewards(tasks, 8)``."""
 
-    import yaml
-    from transformers import AutoTokenizer
+    def __init__(self, checkpoint: Path, work: Path) -> None:
+        import yaml
+        from transformers import AutoTokenizer
 
+        from training.rl.config import RLConfig
+        from training.rl.pool import SandboxPool
+        from training.rl.rollout import settings_of
+        from training.rl.vllm_engine import RolloutServer
+
+        recipe = yaml.safe_load(RL_RECIPE.read_text())
+        cfg = RLConfig.model_validate({**recipe, "model": str(checkpoint), "output_dir": str(work)})
+        self.seed, r = cfg.seed, cfg.rollout
+        self.tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        self.settings = settings_of(cfg, tokenizer=self.tokenizer)
+        log = work / f"vllm-{checkpoint.name}.log"
+        length = r.max_prompt_tokens + r.max_response_tokens
+        self.server = RolloutServer(checkpoint, log_file=log, max_model_len=length)
+        self.pool = SandboxPool(cfg.sandbox)
+        self.limiter = asyncio.Semaphore(r.concurrency)
+
+    async def __aenter__(self) -> Roller:
+        await self.server.__aenter__()
+        try:
+            await self.pool.__aenter__()
+        except BaseException:
+            await self.server.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.pool.__aexit__(None, None, None)
+        finally:
+            await self.server.__aexit__(None, None, None)
+
+    async def groups(
+        self, tasks: list[Any], size: int, *, step: int, greedy: bool = False
+    ) -> list[Any]:
+        from dataclasses import replace
+
+        from training.rl.rollout import rollout_group
+
+        settings = self.settings
+        if greedy:
+            settings = replace(settings, sampling=replace(settings.sampling, temperature=0.0))
+        return list(await asyncio.gather(*(
+            rollout_group(t, size, self.server.generator, self.tokenizer, self.pool.environment,
+                          settings, seed=self.seed, step=step, limiter=self.limiter)
+            for t in tasks)))  # fmt: skip
+
+    async def rewards(self, tasks: list[Any], size: int, *, step: int) -> dict[str, list[float]]:
+        return {g.task.task_id: g.rewards for g in await self.groups(tasks, size, step=step)}
+
+
+def load_arena_tasks(path: Path, only: list[str] | None = None) -> list[Any]:
     from training.rl.batch import load_tasks
-    from training.rl.config import RLConfig
-    from training.rl.pool import SandboxPool
-    from training.rl.rollout import rollout_group, settings_of
-    from training.rl.vllm_engine import RolloutServer
 
-    recipe = yaml.safe_load(RL_RECIPE.read_text())
-    cfg = RLConfig.model_validate({**recipe, "model": str(checkpoint), "output_dir": str(work)})
-    tasks, _ = load_tasks([tasks_file])
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    sampled = settings_of(cfg, tokenizer)
-    greedy = replace(sampled, sampling=replace(sampled.sampling, temperature=0.0))
-    r = cfg.rollout
-    server = RolloutServer(checkpoint, log_file=work / "probe-vllm.log",
-                           max_model_len=r.max_prompt_tokens + r.max_response_tokens)  # fmt: skip
+    tasks, _ = load_tasks([path])
+    return [t for t in tasks if only is None or t.task_id in only]
 
-    async def run() -> list[TaskProbe]:
-        limiter = asyncio.Semaphore(r.concurrency)
-        async with server, SandboxPool(cfg.sandbox) as pool:
 
-            async def groups(todo: list[Any], size: int, settings: Any) -> list[Any]:
-                return await asyncio.gather(*(
-                    rollout_group(t, size, server.generator, tokenizer, pool.environment,
-                                  settings, seed=cfg.seed, step=0, limiter=limiter)
-                    for t in todo))  # fmt: skip
+async def probe(roller: Roller, tasks: list[Any], samples: int) -> list[TaskProbe]:
+    """One greedy episode of every task, then ``samples`` episodes at the recipe's temperature
+    of those solved greedily (the others are not candidates for the RL proofs)."""
+    first = await roller.groups(tasks, 1, step=0, greedy=True)
+    solved = [g.task for g in first if g.episodes[0].reward is not None
+              and g.episodes[0].reward.fully_solved]  # fmt: skip
+    more = await roller.rewards(solved, samples, step=0)
+    return [
+        TaskProbe(
+            g.task.task_id,
+            g.rewards[0],
+            g.task.task_id in more,
+            tuple(more.get(g.task.task_id, ())),
+        )
+        for g in first
+    ]
 
-            first = await groups(tasks, 1, greedy)
-            solved = [g.task for g in first if g.episodes[0].reward is not None
-                      and g.episodes[0].reward.fully_solved]  # fmt: skip
-            more = {g.task.task_id: g.rewards for g in await groups(solved, samples, sampled)}
-        ids = {t.task_id for t in solved}
-        return [
-            TaskProbe(
-                g.task.task_id,
-                g.rewards[0],
-                g.task.task_id in ids,
-                tuple(more.get(g.task.task_id, ())),
-            )
-            for g in first
-        ]
+
+def paired_rewards(
+    checkpoint: Path, tasks_file: Path, chosen: list[str], work: Path
+) -> dict[str, list[float]]:
+    """The rewards of PAIRED_SAMPLES episodes of each chosen task, seeded as the start point's
+    (``RLStart.baseline``): pair k of a task is the same seed under the two checkpoints."""
+
+    async def run() -> dict[str, list[float]]:
+        async with Roller(checkpoint, work) as roller:
+            tasks = load_arena_tasks(tasks_file, chosen)
+            return await roller.rewards(tasks, PAIRED_SAMPLES, step=PAIRED_STEP)
 
     return asyncio.run(run())
 
@@ -198,6 +244,12 @@ def probe_tasks(checkpoint: Path, tasks_file: Path, work: Path, samples: int) ->
 # (8 seeded samples per task), since the SFT run differs from machine to machine. A task
 # sampled 0 of 8 times would give flat groups only: not a candidate.
 START_STEP, N_TASKS, PROBE_SAMPLES = 600, 2, 8
+# What the TRL proof asserts: the trained checkpoint's reward on the chosen tasks against the
+# start's, PAIRED_SAMPLES episodes each with the same seeds (an RL step of its own, PAIRED_STEP,
+# so that no training episode repeats them). Seeded sampling from nearly the same distribution
+# mostly draws the same tokens, so the pairs differ where training changed the policy: the
+# paired difference has far less noise than rewards of independent episodes.
+PAIRED_SAMPLES, PAIRED_STEP = 64, 1_000_000
 
 
 def choose(probes: list[TaskProbe], n: int) -> list[TaskProbe]:
@@ -214,6 +266,7 @@ class RLStart:
     probes: list[TaskProbe]
     chosen: list[str]
     tasks_file: Path
+    baseline: dict[str, list[float]]  # see paired_rewards
 
     def describe(self) -> list[str]:
         lines = [f"probe of {self.checkpoint.name} (greedy reward, solved; sampled mean):"]
@@ -226,25 +279,33 @@ class RLStart:
 
     def to_json(self) -> dict[str, Any]:
         return {"checkpoint": str(self.checkpoint), "chosen": self.chosen,
-                "tasks_file": str(self.tasks_file),
+                "tasks_file": str(self.tasks_file), "baseline": self.baseline,
                 "probes": [p.__dict__ for p in self.probes]}  # fmt: skip
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RLStart:
         probes = [TaskProbe(**{**p, "sampled": tuple(p["sampled"])}) for p in d["probes"]]
-        return cls(Path(d["checkpoint"]), probes, d["chosen"], Path(d["tasks_file"]))
+        return cls(Path(d["checkpoint"]), probes, d["chosen"], Path(d["tasks_file"]), d["baseline"])
 
 
 def rl_start(sft: SFTRun, tasks_file: Path, work: Path) -> RLStart:
-    """Probe checkpoint START_STEP of ``sft`` on every task of ``tasks_file``, choose N_TASKS
-    and write them to a task file of their own in ``work``."""
+    """Probe checkpoint START_STEP of ``sft`` on every task of ``tasks_file``, choose N_TASKS,
+    write them to a task file of their own in ``work`` and roll out their paired baseline."""
     start = sft.run / f"checkpoint-{START_STEP}"
     assert start.is_dir(), sorted(p.name for p in sft.run.iterdir())
-    probes = probe_tasks(start, tasks_file, work, PROBE_SAMPLES)
-    chosen = [p.task_id for p in choose(probes, N_TASKS)]
-    assert len(chosen) == N_TASKS, probes
+    tasks = load_arena_tasks(tasks_file)
+
+    async def run() -> tuple[list[TaskProbe], list[str], dict[str, list[float]]]:
+        async with Roller(start, work) as roller:
+            probes = await probe(roller, tasks, PROBE_SAMPLES)
+            chosen = [p.task_id for p in choose(probes, N_TASKS)]
+            assert len(chosen) == N_TASKS, probes
+            todo = [t for t in tasks if t.task_id in chosen]
+            return probes, chosen, await roller.rewards(todo, PAIRED_SAMPLES, step=PAIRED_STEP)
+
+    probes, chosen, baseline = asyncio.run(run())
     lines = [x for x in tasks_file.read_text().splitlines() if json.loads(x)["task_id"] in chosen]
     assert len(lines) == N_TASKS
     out = work / "rl-tasks.jsonl"
     out.write_text("\n".join(lines) + "\n")
-    return RLStart(start, probes, chosen, out)
+    return RLStart(start, probes, chosen, out, baseline)

