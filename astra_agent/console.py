@@ -19,7 +19,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 console = Console()
-err_console = Console(stderr=True)
+# Messages (errors, warnings, what was skipped) are not wrapped at the console's width: one
+# message is one line, for grep, logs and tests; a terminal folds it for the eye.
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -36,11 +38,9 @@ def setup_logging(verbose: bool = False) -> None:
 def fail(exc: AstraError) -> typer.Exit:
     """Print ``exc`` as one clear message and return the Exit to raise."""
     # Escaped: a path or a server's words may hold brackets that rich would take as markup.
-    # Not wrapped at the console's width: one message is one line (for grep, logs and tests),
-    # the terminal folds it for the eye.
-    err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False)
     if exc.hint:
-        err_console.print(f"[yellow]hint:[/] {escape(exc.hint)}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]hint:[/] {escape(exc.hint)}", highlight=False)
     return typer.Exit(exc.exit_code)
 
 

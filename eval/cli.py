@@ -571,7 +571,7 @@ def report(
         if run.usable:
             runs.append(run)
             state = " [yellow](partial)[/]" if run.partial else ""
-            console.print(f"loaded {escape(run.name)} ({run.kind}): {size}{state}")
+            console.print(f"loaded {escape(run.name)} ({run.kind}): {size}{state}", soft_wrap=True)
         else:
             failed.append(ConfigError(f"{path} ({run.kind}) holds nothing usable", hint=_RUN_HINT))
             err_console.print(f"[red]skipped:[/] {escape(run.name)} ({run.kind}): nothing usable")
@@ -582,4 +582,4 @@ def report(
         raise ConfigError(f"nothing to report: {first.message}", hint=first.hint)
     path = build_report(runs, out, overwrite=overwrite, title=title)
     size_mb = path.stat().st_size / 1e6
-    console.print(f"report: {path} ({size_mb:.1f} MB, {len(runs)} run(s))")
+    console.print(f"report: {path} ({size_mb:.1f} MB, {len(runs)} run(s))", soft_wrap=True)
