@@ -6,7 +6,8 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -31,12 +32,81 @@ common_callback(app, "astra-train")
 app.add_typer(data_app, name="data")
 app.add_typer(synth_app, name="synth")  # data synthesis: tool pool → graph → chains
 
+if TYPE_CHECKING:
+    from training.sft.common import FinishedRun
+
 ENV_PREFIX = "ASTRA_TRAIN_"
+_STOPPED_BY: list[int] = []  # the signals that asked the running command to stop
+
+
+def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM (a scheduler's stop, `kill`) takes Ctrl-C's path: while a rollout runs on an
+    ``asyncio.Runner``, the Runner's own SIGINT handler cancels its task (the rollout's tasks
+    unwind, none left to fail on a closed sandbox pool) and then raises KeyboardInterrupt;
+    elsewhere Python's default raises it at once."""
+    _STOPPED_BY.append(signum)
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler) and handler is not _on_stop_signal:
+        handler(signal.SIGINT, frame)
+        return
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _stoppable(output_dir: Path) -> Iterator[None]:
+    """Ctrl-C (SIGINT) and SIGTERM stop a TRL run cleanly: the trainer unwinds (rollout server
+    and sandboxes stopped on the way), checkpoints already saved stay whole. A shell starts a
+    background job (`astra-train sft ... &`) with SIGINT ignored, and Python keeps it ignored:
+    the default handler is restored here, as `astra-serve up` does. One line on stderr says
+    what stopped the run and where a rerun resumes; the exit code is 128 + the signal
+    (130, 143)."""
+    from training.sft.common import last_complete_checkpoint
+
+    _STOPPED_BY.clear()
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _on_stop_signal)
+    try:
+        yield
+    except KeyboardInterrupt:
+        signum = _STOPPED_BY[0] if _STOPPED_BY else signal.SIGINT
+        ckpt = last_complete_checkpoint(output_dir)
+        resume = (
+            f"the same command resumes from {ckpt}"
+            if ckpt
+            else "no checkpoint was saved yet: the same command starts over"
+        )
+        err_console.print(
+            f"stopped by {signal.Signals(signum).name}: {resume}",
+            soft_wrap=True, markup=False, highlight=False,
+        )  # fmt: skip
+        raise typer.Exit(128 + signum) from None
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _say_finished(done: FinishedRun, output_dir: Path) -> None:
+    """A rerun of a finished run: what (if anything) it wrote, and where the model is."""
+    if done.wrote:
+        console.print(
+            f"the run had finished at {done.checkpoint.name} ({done.steps} steps); "
+            f"written from it: {', '.join(done.wrote)}"
+        )
+    else:
+        console.print(
+            f"{output_dir} holds a finished run ({done.steps} steps): nothing to do "
+            "(--no-resume trains it again from the start)"
+        )
+    console.print(f"final model: {done.final}")
+    if done.converted:
+        console.print(f"converted for serving: {done.converted}")
 
 
 @contextmanager
 def _progress() -> Iterator[Any]:
-    """A bar of optimizer steps (done/total, elapsed) and the last logged loss."""
+    """A bar of optimizer steps (done/total, elapsed) and the last logged loss, shown from the
+    first step on (a rerun of a finished run shows none)."""
     bar = Progress(
         TextColumn("[bold]sft"),
         BarColumn(),
@@ -45,15 +115,20 @@ def _progress() -> Iterator[Any]:
         TextColumn("{task.fields[loss]}"),
         console=err_console,
     )
-    with bar:
-        job = bar.add_task("sft", total=None, loss="")
+    job = bar.add_task("sft", total=None, loss="")
 
-        def hook(step: int, total: int, loss: float | None) -> None:
-            bar.update(job, completed=step, total=total or None)
-            if loss is not None:
-                bar.update(job, loss=f"loss {loss:.4f}")
+    def hook(step: int, total: int, loss: float | None) -> None:
+        if not bar.live.is_started:
+            bar.start()
+        bar.update(job, completed=step, total=total or None)
+        if loss is not None:
+            bar.update(job, loss=f"loss {loss:.4f}")
 
+    try:
         yield hook
+    finally:
+        if bar.live.is_started:
+            bar.stop()
 
 
 def _overrides(**values: Any) -> dict[str, Any]:
@@ -121,18 +196,17 @@ def sft(
         return
     from training.sft.trl import run_trl
 
-    with _progress() as hook:
+    with _stoppable(cfg.output_dir), _progress() as hook:
         result = run_trl(cfg, hook)
+    if result.rerun:
+        _say_finished(result.rerun, cfg.output_dir)
+        return
     if result.resumed_from:
         console.print(f"resumed from {result.resumed_from}")
     console.print(f"trained {result.steps} steps: {result.final}")
     if result.converted:
         console.print(f"converted for serving: {result.converted}")
     console.print(f"metrics: {cfg.output_dir}/metrics.jsonl")
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
 
 
 def _rl_progress(step: int, total: int, rec: dict[str, Any]) -> None:
@@ -209,10 +283,13 @@ def rl(
         return
     from training.rl.trl import run_trl
 
-    # SIGTERM (a scheduler's stop, `kill`) unwinds like Ctrl-C, so the rollout server and the
-    # sandboxes are stopped on the way out instead of outliving the trainer
-    signal.signal(signal.SIGTERM, _terminate)
-    result = run_trl(cfg, _rl_progress)
+    # SIGTERM unwinds like Ctrl-C, so the rollout server and the sandboxes are stopped on the
+    # way out instead of outliving the trainer
+    with _stoppable(cfg.output_dir):
+        result = run_trl(cfg, _rl_progress)
+    if result.rerun:
+        _say_finished(result.rerun, cfg.output_dir)
+        return
     if result.resumed_from:
         console.print(f"resumed from {result.resumed_from}")
     if result.skipped_records:

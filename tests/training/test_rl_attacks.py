@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -44,6 +46,8 @@ HANG = f"def {TOOL}(timezone):\n    while True:\n        pass\n"
 CRASH = f"import os\n\n\ndef {TOOL}(timezone):\n    os._exit(1)\n"
 HUGE = f"def {TOOL}(timezone):\n    return '12:00 ' + 'x' * (1 << 20)\n"
 NEVER = f"def {TOOL}(timezone):\n    return 'no idea'\n"  # the gold answer is never seen
+# its sandbox takes 2 s to load it: a stop early in a rollout lands while sandboxes start
+SLOW = f"import time\n\ntime.sleep(2)\n\n\ndef {TOOL}(timezone):\n    return '12:00 ' + timezone\n"
 
 
 def record(task_id: str, source: str = OK, prompt: str = "What time is it in UTC?") -> dict:
@@ -105,6 +109,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ),
         "huge": write_jsonl(d / "huge.jsonl", [record("huge", HUGE)]),
         "never": write_jsonl(d / "never.jsonl", [record("never", NEVER)]),
+        # two tasks, one group a step: 2 steps an epoch
+        "two": write_jsonl(d / "two.jsonl", [record("ok"), record("ok-2")]),
+        "slow": write_jsonl(d / "slow.jsonl", [record("slow", SLOW)]),
     }
 
 
@@ -181,6 +188,35 @@ def metrics(run: Path) -> list[dict[str, Any]]:
     ids=["top-level", "abf", "rollout", "sandbox", "serve", "serve-model", "environment"],
 )
 def test_an_unknown_key_is_refused_naming_it_and_nothing_is_written(
+    tmp_path: Path, wide_errors: None, patch: dict, env: dict | None, named: str
+) -> None:
+    cfg = recipe(tmp_path, tmp_path / "no-model", tmp_path / "no.jsonl", **patch)
+    code, out = rl("--config", str(cfg), env=env)
+    assert code == 2 and named in out and "Traceback" not in out, out
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("patch", "env", "named"),
+    [
+        ({"learning_rate": "nan"}, None, "learning_rate: Input should be a finite number"),
+        ({}, {"ASTRA_TRAIN_LEARNING_RATE": "inf"}, "learning_rate: Input should be a finite"),
+        ({"learning_rate": -1e-6}, None, "learning_rate: Input should be greater than 0"),
+        ({"max_grad_norm": "Infinity"}, None, "max_grad_norm: Input should be a finite"),
+        ({"clip_high": "inf"}, None, "clip_high: Input should be a finite number"),
+        ({"advantage_eps": "inf"}, None, "advantage_eps: Input should be a finite number"),
+        ({"rollout": {"temperature": "nan"}}, None, "rollout.temperature: Input should be a"),
+        ({"rollout": {"top_p": "nan"}}, None, "rollout.top_p: Input should be a finite"),
+        ({"rollout": {"tool_timeout_s": "inf"}}, None, "rollout.tool_timeout_s: Input should"),
+        ({"abf": {"delta": "inf"}}, None, "abf.delta: Input should be a finite number"),
+        ({"abf": {"oversample": "inf"}}, None, "abf.oversample: Input should be a finite"),
+        ({"abf": {"oversample": 1e9}}, None, "abf.oversample: Input should be less than or"),
+        ({"sandbox": {"wall_seconds_per_call": "inf"}}, None, "wall_seconds_per_call: inf is"),
+        ({"seed": -1}, None, "seed: Input should be greater than or equal to 0"),
+        ({"verl": {"gpu_memory_utilization": "nan"}}, None, "verl.gpu_memory_utilization: In"),
+    ],
+)
+def test_a_non_finite_or_out_of_range_number_is_refused_naming_it(
     tmp_path: Path, wide_errors: None, patch: dict, env: dict | None, named: str
 ) -> None:
     cfg = recipe(tmp_path, tmp_path / "no-model", tmp_path / "no.jsonl", **patch)
@@ -329,9 +365,120 @@ def test_resume_into_another_config_is_refused_and_the_same_config_resumes(
     assert code == 2 and "holds a run of a different config" in out, out
     assert "learning_rate (2e-06 → 0.01)" in out and "seed (0 → 3)" in out
     assert _tree(run) == before  # nothing touched
+    code, out = rl("--config", str(cfg))  # the same config: the run had finished, a no-op
+    assert code == 0 and "holds a finished run (1 steps): nothing to do" in out, out
+    assert _tree(run) == before and [m["step"] for m in metrics(run)] == [1]
+
+
+def _files(run: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(run)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(run.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_a_finished_run_reruns_as_a_no_op_and_completes_a_missing_final(
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None
+) -> None:
+    """3 steps of 2-step epochs: resumed from its last checkpoint, TRL would train a 4th step
+    and overwrite final/ and final-bf16/."""
+    from safetensors.torch import load_file
+
+    run = tmp_path / "run"
+    cfg = recipe(tmp_path, tiny_fp32, data["two"], steps=3, convert={"enabled": True})
     code, out = rl("--config", str(cfg))
-    assert code == 0 and f"resumed from {run / 'checkpoint-1'}" in out, out
-    assert [m["step"] for m in metrics(run)] == [1]
+    assert code == 0 and "trained 3 steps" in out, out
+    before = _files(run)
+    code, out = rl("--config", str(cfg))
+    assert code == 0 and f"{run} holds a finished run (3 steps): nothing to do" in out, out
+    assert _files(run) == before  # nothing touched, nothing trained
+    # killed after its last checkpoint, before final/ was written
+    shutil.rmtree(run / "final")
+    shutil.rmtree(run / "final-bf16")
+    code, out = rl("--config", str(cfg))
+    assert code == 0 and "the run had finished at checkpoint-3 (3 steps); written from it: " \
+        f"final, {run / 'final-bf16'}" in out, out  # fmt: skip
+    assert not (run / "checkpoint-4").exists() and [m["step"] for m in metrics(run)] == [1, 2, 3]
+    final = load_file(str(run / "final" / "model.safetensors"))
+    ckpt = load_file(str(run / "checkpoint-3" / "model.safetensors"))
+    assert final.keys() == ckpt.keys() and all(bool((final[k] == ckpt[k]).all()) for k in ckpt)
+
+
+def test_a_moved_run_directory_resumes_and_another_config_is_still_refused(
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None
+) -> None:
+    cfg = recipe(tmp_path, tiny_fp32, data["ok"], steps=2)
+    code, out = rl("--config", str(cfg))
+    assert code == 0, out
+    moved = tmp_path / "moved" / "run"
+    shutil.copytree(tmp_path / "run", moved)
+    for gone in ("final", "checkpoint-2"):  # as if killed after checkpoint-1
+        shutil.rmtree(moved / gone)
+    code, out = rl("--config", str(cfg), "--output-dir", str(moved), "--seed", "1")
+    assert code == 2 and "seed (0 → 1)" in out, out
+    code, out = rl("--config", str(cfg), "--output-dir", str(moved))
+    assert code == 0 and f"resumed from {moved / 'checkpoint-1'}" in out, out
+    assert "trained 2 steps" in out and [m["step"] for m in metrics(moved)] == [1, 2]
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell starts `cmd &`
+
+
+@pytest.mark.integration  # a subprocess, signalled
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_mid_rollout_stops_quietly_and_the_rerun_resumes(
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], sig: signal.Signals
+) -> None:
+    """Stopped while step 2's sandboxes load their tool (2 s): one line says it stopped and
+    where a rerun resumes, exit 128 + the signal, and nothing else on stderr but the progress
+    (and warnings): no "Task exception was never retrieved" of the rollouts cut short, no
+    "Event loop is closed" of their sandboxes' pipes. Started with SIGINT ignored, as a
+    background job is: Ctrl-C or `kill -INT` still stops it."""
+    run = tmp_path / "run"
+    cfg = recipe(tmp_path, tiny_fp32, data["slow"], steps=3, rollout={"tool_timeout_s": 20},
+                 sandbox={"wall_seconds_per_call": 10})  # fmt: skip
+    cmd = [sys.executable, "-m", "training.cli", "rl", "--config", str(cfg)]
+    env = {**os.environ, "COLUMNS": "300"}
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_ignore_sigint,
+    )  # fmt: skip
+    try:
+        kill_after_records_signal(proc, run / "metrics.jsonl", 1, sig, timeout_s=120)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + sig, err[-3000:]
+    ckpt = last_complete_checkpoint(run)
+    assert ckpt == run / "checkpoint-1", err[-3000:]
+    other = [
+        line for line in err.splitlines()
+        if line.strip() and not line.startswith(("rl step ", "[transformers]", "WARNING "))
+    ]  # fmt: skip
+    assert other == [f"stopped by {sig.name}: the same command resumes from {ckpt}"], err
+    assert not (run / "final").exists() and not (run / "rollout-weights").exists()
+    code, text = rl("--config", str(cfg))
+    assert code == 0 and f"resumed from {ckpt}" in text and "trained 3 steps" in text, text
+    assert [m["step"] for m in metrics(run)] == [1, 2, 3]
+
+
+def kill_after_records_signal(
+    proc: subprocess.Popen[str], path: Path, n: int, sig: signal.Signals, timeout_s: float
+) -> None:
+    """Wait until ``path`` (JSONL) holds ``n`` records, then send ``sig`` half a second into
+    the next step's rollout."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not (path.is_file() and len(path.read_text().splitlines()) >= n):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(sig)
 
 
 @pytest.mark.integration  # a subprocess, killed

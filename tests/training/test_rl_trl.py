@@ -162,3 +162,40 @@ def test_one_step_raises_the_better_episode(
         assert gain[0] > gain[1] + 1.0
     finally:
         runner.close()
+
+
+@pytest.mark.parametrize(
+    ("lr", "stopped"),
+    [
+        # step 1's update leaves weights near 1e6: step 2's gradient overflows (its loss, a
+        # ratio of probabilities that is 1 on policy, stays finite)
+        (1e6, "training diverged at step 2: the gradient norm is nan (not applied)"),
+        # step 1's update, past float32's range, makes the weights infinite
+        (1e39, "training diverged at step 1: its update made weights non-finite"),
+    ],
+    ids=["grad-norm", "weights"],
+)
+def test_a_diverging_update_stops_the_run_before_it_is_applied_or_saved(
+    tmp_path: Path, tiny_fp32: Path, batch: StepBatch, lr: float, stopped: str
+) -> None:
+    """Our GRPO trainer on the same real batch every step, at a learning rate that makes the
+    loss, the gradient or the weights overflow: TrainingDiverged at the first non-finite
+    value, and every checkpoint it saved holds finite weights."""
+    from safetensors.torch import load_file
+
+    from training.sft.guard import TrainingDiverged
+
+    trainer, runner = make(
+        tmp_path, tiny_fp32, batch, learning_rate=lr, max_grad_norm=1e9, steps=4, save_steps=1
+    )
+    try:
+        with pytest.raises(TrainingDiverged) as caught:
+            trainer.train()
+        assert stopped in caught.value.message and "no final/ was written" in caught.value.message
+        saved = sorted((tmp_path / "rl").glob("checkpoint-*"))
+        assert [c.name for c in saved] == (["checkpoint-1"] if lr == 1e6 else [])
+        for ckpt in saved:
+            weights = load_file(str(ckpt / "model.safetensors"))
+            assert all(bool(torch.isfinite(t).all()) for t in weights.values())
+    finally:
+        runner.close()

@@ -71,18 +71,30 @@ def test_a_foreign_non_empty_output_dir_is_refused(tmp_path: Path) -> None:
         prepare_run_dir(_cfg(tmp_path))
 
 
+def write_checkpoint(d: Path, step: int) -> Path:
+    """The files of a checkpoint that resume checks: trainer state, config, whole weights."""
+    import torch
+    from safetensors.torch import save_file
+
+    d.mkdir(parents=True, exist_ok=True)
+    save_file({"w": torch.zeros(4, 4)}, str(d / "model.safetensors"))
+    (d / "config.json").write_text("{}")
+    (d / "trainer_state.json").write_text(json.dumps({"global_step": step, "max_steps": 99}))
+    return d
+
+
 def test_resume_picks_the_newest_complete_checkpoint(tmp_path: Path) -> None:
     for step, complete in ((2, True), (4, True), (6, False), (10, False)):
         d = tmp_path / f"checkpoint-{step}"
         d.mkdir()
         if complete:
-            (d / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+            write_checkpoint(d, step)
     (tmp_path / "checkpoint-x").mkdir()
     assert last_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-4"
     assert last_complete_checkpoint(tmp_path / "absent") is None
     # killed while the Trainer wrote trainer_state.json (in place): empty, or cut mid-JSON
     for step, torn in ((8, ""), (9, '{"global_step": 9, "log_hi')):
-        (tmp_path / f"checkpoint-{step}").mkdir()
+        write_checkpoint(tmp_path / f"checkpoint-{step}", step)
         (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(torn)
     assert last_complete_checkpoint(tmp_path) == tmp_path / "checkpoint-4"
 

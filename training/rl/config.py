@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -23,7 +24,7 @@ from training.sft.config import ConvertOptions, TRLOptions
 class ABFOptions(BaseModel):
     """Adaptive Batch Filling (``training.rl.core.AdaptiveBatchFiller``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     enabled: bool = Field(True, description="off: every sampled group trains (plain GRPO)")
     delta: float = Field(0.0, ge=0, description="a group is valid if its rewards' std > delta")
@@ -32,14 +33,14 @@ class ABFOptions(BaseModel):
         8, ge=1, description="rounds in a row without a valid group before giving up"
     )
     oversample: float = Field(
-        1.0, ge=1.0, description="prompts rolled out per missing valid group in a round"
+        1.0, ge=1.0, le=100.0, description="prompts rolled out per missing valid group in a round"
     )
 
 
 class RolloutOptions(BaseModel):
     """How episodes are sampled: the engine, sampling, and the episode's bounds."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     engine: Literal["vllm", "hf"] = Field(
         "vllm", description="vllm: a vLLM server, weights reloaded after each update; "
@@ -98,7 +99,7 @@ class VerlRLOptions(BaseModel):
     """A cluster: verl's PPO trainer (GRPO estimator, FSDP actor, vLLM/SGLang rollouts) with
     our agent loop, sampler and reward; launched as ``python -m verl.trainer.main_ppo``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     nnodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(8, ge=1)
@@ -123,7 +124,7 @@ class VerlRLOptions(BaseModel):
 
 
 class RLConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     backend: Literal["trl", "verl"] = "trl"
     model: Path = Field(description="HF checkpoint to start from (an SFT checkpoint)")
@@ -145,7 +146,7 @@ class RLConfig(BaseModel):
     advantage_eps: float = Field(1e-6, gt=0)
     advantage_scale: Literal["std", "none"] = "std"
     micro_batch_size: int = Field(4, ge=1, description="sequences per forward/backward")
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32, description="numpy's seed range")
     save_steps: int = Field(10, ge=1)
     save_total_limit: int = Field(2, ge=1)
     eval_every: int = Field(0, ge=0, description="held-out evaluation every N steps (0: off)")
@@ -159,21 +160,39 @@ class RLConfig(BaseModel):
     verl: VerlRLOptions = Field(default_factory=VerlRLOptions)
     convert: ConvertOptions = Field(default_factory=ConvertOptions)
 
+    @field_validator("sandbox")
+    @classmethod
+    def _finite_limits(cls, value: SandboxLimits) -> SandboxLimits:
+        """The sandbox's limits (astra_agent's model, which takes ``inf``) must be finite."""
+        for name, v in value.model_dump().items():
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"{name}: {v} is not a finite number")
+        return value
+
     @model_validator(mode="after")
     def _clip(self) -> RLConfig:
         if self.rollout.max_tokens_per_turn > self.rollout.max_response_tokens:
             self.rollout.max_tokens_per_turn = self.rollout.max_response_tokens
         return self
 
+    # the fields that name input files: a run is resumed by their content, not their paths
+    # (``training.sft.common.prepare_run_dir``)
+    INPUTS: ClassVar[tuple[str, ...]] = ("model", "train_files", "heldout_files")
+
     def fingerprint(self) -> dict[str, Any]:
-        """What must match to resume into ``output_dir`` (everything that shapes training)."""
+        """What must match to resume (everything that shapes training; not where the run
+        directory is, so that a moved or copied one resumes)."""
         keep = self.model_dump(
             mode="json",
-            exclude={"resume", "save_steps", "save_total_limit", "eval_every", "eval_limit"},
-        )
+            exclude={
+                "output_dir", "resume", "save_steps", "save_total_limit", "eval_every",
+                "eval_limit",
+            },
+        )  # fmt: skip
         keep.pop("convert")
         keep.pop("verl")
         keep["rollout"].pop("concurrency")
+        keep["trl"].pop("threads")  # how fast, not what is trained
         return keep
 
     def fingerprint_digest(self) -> str:

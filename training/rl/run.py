@@ -8,10 +8,7 @@ directory in which nothing was saved yet takes a new config instead of refusing 
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +28,7 @@ class PreparedRun:
     tokenizer: Any
     serving: str
     checkpoint: Path | None
+    resume: bool = False
     tasks: list[ArenaTask] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # one reason per record not loaded
     heldout: list[ArenaTask] = field(default_factory=list)  # cut to eval_limit
@@ -80,34 +78,45 @@ def _saved_nothing(out: Path) -> bool:
     return not (metrics.is_file() and metrics.read_text(encoding="utf-8", errors="replace").strip())
 
 
-def _adopt(cfg: RLConfig) -> None:
-    """A run directory that saved nothing takes the new config's fingerprint: nothing of the
-    old run can be lost, so a run that was refused or failed at its start (a model that does
-    not load, a server that does not start, Adaptive Batch Filling stalled at step 1) does not
-    lock its directory to the config that failed."""
+def _adoptable(cfg: RLConfig) -> bool:
+    """Whether ``output_dir`` holds a run of another config (or a corrupt run file) that
+    saved nothing: such a directory takes the new config (see :func:`open_run_dir`)."""
+    from training.sft.common import run_differences
+
     out = cfg.output_dir
     if not _saved_nothing(out):
-        return
-    run_file = out / RUN_FILE
+        return False
     try:
-        old = json.loads(run_file.read_text(encoding="utf-8"))["fingerprint"]
-    except (OSError, ValueError, KeyError, TypeError):
-        old = None
-    new = cfg.fingerprint()
-    if old == new:
-        return
-    log.warning("%s holds a run of another config that saved nothing: it starts anew", out)
-    tmp = out / f".{RUN_FILE}.tmp"
-    payload = {"fingerprint": new, "digest": cfg.fingerprint_digest()}
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(run_file)
+        return bool(run_differences(out / RUN_FILE, cfg))
+    except ConfigError:
+        return True  # a corrupt run file: replaced
+
+
+def open_run_dir(cfg: RLConfig, run: PreparedRun) -> None:
+    """Write the run directory for ``run`` (once the model has loaded: a refused input writes
+    nothing). A run directory that saved nothing takes the new config's fingerprint: nothing
+    of the old run can be lost, so a run that was refused or failed at its start (a model
+    that does not load, a server that does not start, Adaptive Batch Filling stalled at step
+    1) does not lock its directory to the config that failed. Starting over (``resume:
+    false``) sets the earlier run's checkpoints aside."""
+    from training.sft.common import prepare_run_dir, set_aside, write_run_file
+
+    if _adoptable(cfg):
+        log.warning(
+            "%s holds a run of another config that saved nothing: it starts anew", cfg.output_dir
+        )
+        write_run_file(cfg, cfg.output_dir / RUN_FILE)
+    prepare_run_dir(cfg, RUN_FILE, "astra-train rl")
+    if not run.resume:
+        set_aside(cfg.output_dir)
 
 
 def prepare(cfg: RLConfig) -> PreparedRun:
-    """Check everything that can be checked, then create or re-open the run directory: a
-    config or input that is refused writes nothing."""
+    """Check everything that can be checked and find the checkpoint to resume from, reading
+    only (:func:`open_run_dir` writes the run directory): a config or input that is refused
+    writes nothing."""
     from training.rl.batch import load_tasks
-    from training.sft.common import last_complete_checkpoint, prepare_run_dir
+    from training.sft.common import check_run_dir, last_complete_checkpoint
     from training.template import load_tokenizer, serving_template
 
     check_inputs(cfg)
@@ -127,58 +136,15 @@ def prepare(cfg: RLConfig) -> PreparedRun:
     serving = serving_template(tokenizer)
     if cfg.eval_every and not heldout:
         log.warning("eval_every=%d but no heldout_files: no held-out evaluation", cfg.eval_every)
-    _adopt(cfg)
-    resume = prepare_run_dir(cfg, RUN_FILE, "astra-train rl")
-    if not resume:
-        _set_aside(cfg.output_dir)
+    resume = not _adoptable(cfg) and check_run_dir(cfg, RUN_FILE, "astra-train rl")
     ckpt = last_complete_checkpoint(cfg.output_dir) if resume else None
-    return PreparedRun(tokenizer, serving, ckpt, tasks, skipped, heldout)
-
-
-def _set_aside(out: Path) -> Path | None:
-    """Starting over (``resume: false``) in a directory that holds an earlier run's
-    checkpoints: they are moved to ``OUTPUT_DIR/previous-N/`` (with its final model and
-    metrics), so that a later resume cannot pick them up as this run's (a kill at step 2
-    would otherwise resume from the earlier run's last checkpoint), and nothing is deleted."""
-    from training.sft.common import METRICS_FILE
-
-    old = [
-        p
-        for p in out.iterdir()
-        if (p.name.startswith("checkpoint-") and p.is_dir()) or p.name in (FINAL_DIR, "final-bf16")
-    ]
-    if not old:
-        return None
-    n = 1
-    while (out / f"previous-{n}").exists():
-        n += 1
-    dest = out / f"previous-{n}"
-    dest.mkdir()
-    for p in [*old, out / METRICS_FILE]:
-        if p.exists():
-            p.rename(dest / p.name)
-    log.warning("resume is off: the earlier run's checkpoints were moved to %s", dest)
-    return dest
+    return PreparedRun(tokenizer, serving, ckpt, resume, tasks, skipped, heldout)
 
 
 def finish(cfg: RLConfig, trainer: Any, tokenizer: Any, serving: str) -> tuple[Path, Path | None]:
     """``final/`` (HF layout, the serving template) and, if enabled, its bf16 conversion."""
-    from serving.safetensors_io import swap_into_place
+    from training.sft.common import convert_final, save_final
 
-    final = cfg.output_dir / FINAL_DIR
-    tmp = cfg.output_dir / f".{FINAL_DIR}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        trainer.save_model(str(tmp))
-        tokenizer.chat_template = serving
-        tokenizer.save_pretrained(str(tmp))
-        swap_into_place(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    converted = None
-    if cfg.convert.enabled:
-        from serving.convert import convert_checkpoint
-
-        target = cfg.convert.out or cfg.output_dir / "final-bf16"
-        converted = convert_checkpoint(final, target, dtype=cfg.convert.dtype, overwrite=True).dst
-    return final, converted
+    trainer.check_weights()
+    final = save_final(cfg.output_dir, trainer.save_model, tokenizer, serving)
+    return final, convert_final(cfg, final)

@@ -26,6 +26,7 @@ after every optimizer step (``training.rl.vllm_engine``).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -41,6 +42,8 @@ from training.rl.config import RLConfig
 from training.rl.core import policy_loss
 from training.rl.engine import RolloutEngine, make_engine
 from training.rl.rollout import settings_of
+from training.sft.common import FinishedRun
+from training.sft.guard import FiniteGuard, check_start_weights
 from training.sft.trl import device_of
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,7 @@ class RLResult:
     steps: int
     resumed_from: Path | None
     skipped_records: list[str]
+    rerun: FinishedRun | None = None  # the run had finished: nothing was trained
 
 
 def batch_tensors(batch: StepBatch, pad_id: int) -> dict[str, Any]:
@@ -118,8 +122,9 @@ def trim_padding(inputs: dict[str, Any]) -> dict[str, Any]:
 def _trainer_class() -> type:
     from trl import GRPOTrainer
 
-    class ArenaGRPOTrainer(GRPOTrainer):
-        """GRPOTrainer with our step batch (ABF over arena rollouts) and our loss."""
+    class ArenaGRPOTrainer(FiniteGuard, GRPOTrainer):
+        """GRPOTrainer with our step batch (ABF over arena rollouts) and our loss; a loss or
+        gradient norm that is not finite stops it (``FiniteGuard``)."""
 
         rl: RLConfig
         engine: RolloutEngine
@@ -234,6 +239,7 @@ def _state_hooks(trainer: Any, collector: BatchCollector) -> None:
     base = trainer._save_checkpoint
 
     def save(model: Any, trial: Any) -> Any:
+        trainer.check_weights()  # before anything of the checkpoint is written
         folder = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
         folder.mkdir(parents=True, exist_ok=True)
         state = {"sampler": collector.sampler.state(), "step": trainer.state.global_step}
@@ -279,11 +285,12 @@ def _load_model(cfg: RLConfig) -> Any:
     if cfg.trl.threads:
         torch.set_num_threads(cfg.trl.threads)
     try:
-        return AutoModelForCausalLM.from_pretrained(
+        model = AutoModelForCausalLM.from_pretrained(
             str(cfg.model), dtype=torch.float32, attn_implementation="sdpa"
         )
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot load a causal LM from {cfg.model}: {exc}") from None
+    return check_start_weights(model, cfg.model)
 
 
 def _environment_factory(cfg: RLConfig, runner: asyncio.Runner) -> tuple[Any, Any]:
@@ -293,6 +300,18 @@ def _environment_factory(cfg: RLConfig, runner: asyncio.Runner) -> tuple[Any, An
     pool = SandboxPool(cfg.sandbox, unsafe_no_sandbox=cfg.unsafe_no_sandbox)
     runner.run(pool.__aenter__())
     return pool.environment, pool
+
+
+async def _cancel_pending() -> None:
+    """Cancel the tasks still pending on the loop (the rollouts of a step that was stopped)
+    and collect their outcomes, before the engine and the sandboxes close under them: each
+    would otherwise fail on a closed pool and be logged as "Task exception was never
+    retrieved"."""
+    me = asyncio.current_task()
+    pending = [t for t in asyncio.all_tasks() if t is not me]
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
 
 
 def _resume_state(ckpt: Path | None, collector: BatchCollector) -> None:
@@ -330,6 +349,9 @@ def build_trainer(
         train_dataset=data,
         processing_class=tokenizer,
     )
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # each step goes to metrics.jsonl and the progress
     trainer.rl, trainer.engine, trainer.collector = cfg, engine, collector
     trainer.runner, trainer.heldout = runner, []
     return trainer
@@ -340,15 +362,21 @@ def run_trl(cfg: RLConfig, progress: ProgressHook | None = None) -> RLResult:
     import datasets
     from transformers.utils import logging as hf_logging
 
-    from training.rl.run import finish, prepare
-    from training.sft.common import MetricsLog, checkpoint_step
+    from training.rl.run import finish, open_run_dir, prepare
+    from training.sft.common import MetricsLog, checkpoint_step, finished_run
 
-    run = prepare(cfg)  # checks the batch shape and loads the tasks before anything starts
-    tokenizer, tasks, skipped, heldout = run.tokenizer, run.tasks, run.skipped, run.heldout
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()
+    run = prepare(cfg)  # checks the batch shape and loads the tasks before anything starts
+    tokenizer, tasks, skipped, heldout = run.tokenizer, run.tasks, run.skipped, run.heldout
+    done = finished_run(cfg, run.checkpoint, tokenizer, run.serving)
+    if done is not None:  # before the model, the sandboxes or the rollout server start
+        return RLResult(
+            cfg.output_dir, done.final, done.converted, done.steps, run.checkpoint, skipped, done
+        )
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    model = _load_model(cfg)
+    model = _load_model(cfg)  # its weights checked before anything is written
+    open_run_dir(cfg, run)
     runner = asyncio.Runner()
     engine: RolloutEngine | None = None
     pool = None
@@ -376,9 +404,13 @@ def run_trl(cfg: RLConfig, progress: ProgressHook | None = None) -> RLResult:
             cfg.output_dir, final, converted, trainer.state.global_step, run.checkpoint, skipped
         )
     finally:
+        runner.run(_cancel_pending())  # what a stop mid-rollout (Ctrl-C, SIGTERM) left
         if engine is not None:
             runner.run(engine.close())
         if pool is not None:
             runner.run(pool.__aexit__(None, None, None))
+        # the sandboxes' subprocess transports that are garbage now are finalised while the
+        # loop is open ("Event loop is closed" printed at exit otherwise)
+        gc.collect()
         runner.close()
         shutil.rmtree(cfg.output_dir / "rollout-weights", ignore_errors=True)

@@ -1,20 +1,32 @@
-"""What every SFT backend shares: input checks, the run directory's fingerprint, checkpoints to
-resume from, the batch arithmetic and the metrics JSONL.
+"""What every SFT backend shares (and the RL backends reuse): input checks, the run
+directory's fingerprint, checkpoints to resume from, a finished run, the guard against a run
+that diverges (``training.sft.guard``), the batch arithmetic and the metrics JSONL.
 
 The output directory of a run holds ``astra-sft.json`` (the config's fingerprint: what must match
 to resume), ``checkpoint-N/`` (complete once ``trainer_state.json`` is in it: the trainer writes it
 last), ``metrics.jsonl`` (one line per logging step, each appended whole) and ``final/``.
+
+The fingerprint does not hold where the run directory is (a moved or copied one resumes), and
+its input files (model, data) are matched by content, not by path: each is recorded with the
+SHA-256 of its bytes (a directory: of its files' names and bytes), so an input that moved with
+the same content still matches, and one changed in place is refused. The digests are kept in
+the run file with each file's size and modification time, so that an input still where it
+was, unchanged by those, is not read again on every resume.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+import shutil
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from astra_agent.errors import CheckpointError, ConfigError
 from astra_agent.trajectory import append_jsonl, drop_torn_tail, jsonl_lines
@@ -23,6 +35,7 @@ from training.sft.config import SFTConfig
 RUN_FILE = "astra-sft.json"
 METRICS_FILE = "metrics.jsonl"
 FINAL_DIR = "final"
+CONVERTED_DIR = "final-bf16"
 log = logging.getLogger(__name__)
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -61,6 +74,70 @@ def grad_accumulation(cfg: SFTConfig, world: int = 1) -> int:
     return cfg.global_batch_size // per_step
 
 
+_SFT_COLUMNS = ("id", "source", "messages", "tools", "provenance")
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _row_problem(rec: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(column, why) for the first cell of an ``sft.parquet`` row that ``read_sft_parquet``
+    and the template cannot take; None for a sound row."""
+    from training.data import ROLES
+
+    for column in ("id", "source"):
+        if not isinstance(rec[column], str):
+            return column, f"{_kind(rec[column])}, not a string"
+    for column, want in (("messages", "array"), ("tools", "array"), ("provenance", "object")):
+        raw = rec[column]
+        if raw is None and column == "provenance":
+            continue
+        if not isinstance(raw, str):
+            return column, f"{_kind(raw)}, not JSON text"
+        try:
+            value = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            return column, f"not JSON ({str(exc)[:120]})"
+        if not isinstance(value, list if want == "array" else dict):
+            return column, f"JSON {_kind(value)}, not a JSON {want}"
+        if want == "array" and not all(isinstance(item, dict) for item in value):
+            return column, "an item of the array is not a JSON object"
+    messages = json.loads(rec["messages"])
+    if not messages:
+        return "messages", "no messages"
+    for m in messages:
+        role = m.get("role")
+        if not isinstance(role, str) or role not in ROLES:
+            return "messages", f"a message has role {role!r}, not one of {sorted(ROLES)}"
+    return None
+
+
+def check_sft_parquet(paths: list[Path]) -> None:
+    """Every row of the ``sft.parquet`` files must be one that ``read_sft_parquet`` and the
+    training template take (its JSON columns JSON of the right shape, no null where a value is
+    needed): a ConfigError naming the file, the row (0-based) and the column otherwise, before
+    the run directory is written or anything is trained."""
+    import pyarrow.parquet as pq
+
+    for path in paths:
+        try:
+            table = pq.read_table(path, columns=list(_SFT_COLUMNS))
+        except Exception as exc:  # pyarrow: ArrowInvalid, KeyError, OSError…
+            raise ConfigError(f"{path} is not an `astra-train data sft` parquet: {exc}") from None
+        for i, rec in enumerate(table.to_pylist()):
+            problem = _row_problem(rec)
+            if problem:
+                column, why = problem
+                raise ConfigError(
+                    f"{path}: row {i} (id {rec['id']!r}), column {column!r}: {why}",
+                    hint="rebuild the file with `astra-train data sft`, or fix that row",
+                )
+
+
+# ------------------------------------------------------------------ the run directory
+
+
 def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
     if isinstance(old, Mapping) and isinstance(new, Mapping):
         out: list[str] = []
@@ -71,44 +148,226 @@ def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [f"{prefix} ({old!r} → {new!r})"]
 
 
-def prepare_run_dir(cfg: Any, run_name: str = RUN_FILE, command: str = "astra-train sft") -> bool:
-    """Create ``output_dir`` or check that it was made by the same config (``cfg``: an SFT or
-    RL config, anything with ``output_dir``, ``resume`` and ``fingerprint()``); return whether
-    a checkpoint should be resumed from. A different config: a ConfigError naming the keys."""
-    out = cfg.output_dir
+class InputDigests:
+    """SHA-256 digests of input files and directories, reusing those of ``memo`` (``{absolute
+    path: [size, mtime_ns, sha256]}``) for files whose size and modification time are
+    unchanged; ``seen`` is the memo of every file digested."""
+
+    def __init__(self, memo: Any = None) -> None:
+        self.memo: dict[str, Any] = dict(memo) if isinstance(memo, Mapping) else {}
+        self.seen: dict[str, list[Any]] = {}
+
+    _process: ClassVar[dict[tuple[str, int, int], str]] = {}  # digested by this process
+
+    def file(self, path: Path) -> str:
+        st = path.stat()
+        key = str(path.resolve())
+        old = self.memo.get(key)
+        known = (key, st.st_size, st.st_mtime_ns)
+        if isinstance(old, list) and len(old) == 3 and old[:2] == [st.st_size, st.st_mtime_ns]:
+            sha = str(old[2])
+        elif known in self._process:
+            sha = self._process[known]
+        else:
+            h = hashlib.sha256()
+            with path.open("rb") as f:
+                while block := f.read(1 << 20):
+                    h.update(block)
+            sha = self._process[known] = h.hexdigest()
+        self.seen[key] = [st.st_size, st.st_mtime_ns, sha]
+        return sha
+
+    def of(self, path: Path) -> str | None:
+        """A file's digest; a directory's: of its files' names and digests (hidden ones, such
+        as a download cache, left out); None where nothing is."""
+        p = Path(path)
+        if p.is_file():
+            return self.file(p)
+        if not p.is_dir():
+            return None
+        h = hashlib.sha256()
+        for f in sorted(p.rglob("*")):
+            rel = f.relative_to(p)
+            if f.is_file() and not any(part.startswith(".") for part in rel.parts):
+                h.update(f"{rel.as_posix()}\0{self.file(f)}\n".encode())
+        return h.hexdigest()
+
+
+def _known(old: Any, new: Any) -> Any:
+    """``old`` without the keys ``new`` does not have (at every depth): what an older version
+    fingerprinted and this one no longer does (where the run directory is, torch threads)
+    does not stand in the way of a resume."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        return {k: _known(v, new[k]) for k, v in old.items() if k in new}
+    return old
+
+
+def _input_names(cfg: Any) -> tuple[str, ...]:
+    return tuple(getattr(cfg, "INPUTS", ()))
+
+
+def _inputs(cfg: Any, digests: InputDigests) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in _input_names(cfg):
+        value = getattr(cfg, name)
+        if isinstance(value, list):
+            out[name] = [digests.of(Path(v)) for v in value]
+        else:
+            out[name] = digests.of(Path(value))
+    return out
+
+
+def _without(fingerprint: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {k: v for k, v in fingerprint.items() if k not in names}
+
+
+def write_run_file(cfg: Any, run_file: Path) -> None:
+    """The run file: the config's fingerprint (input paths included, for the record), the
+    inputs' content digests (what is matched), and the memo of the files digested."""
+    digests = InputDigests()
+    fingerprint, inputs = cfg.fingerprint(), _inputs(cfg, digests)
+    matched = json.dumps(
+        {"fingerprint": _without(fingerprint, _input_names(cfg)), "inputs": inputs},
+        sort_keys=True,
+    )
+    payload = {
+        "fingerprint": fingerprint,
+        "inputs": inputs,
+        "digest": hashlib.sha256(matched.encode()).hexdigest()[:16],
+        "memo": digests.seen,
+    }
+    tmp = run_file.with_name(f".{run_file.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(run_file)
+
+
+def run_differences(run_file: Path, cfg: Any) -> list[str]:
+    """How ``cfg`` differs from the config of the run in ``run_file`` (empty: the same run):
+    its fields (not where the run directory is), and its inputs by content. A run file written
+    before inputs were matched by content is matched by their paths. ConfigError if it is
+    corrupt."""
+    try:
+        old = json.loads(run_file.read_text(encoding="utf-8"))
+        new_fp = cfg.fingerprint()
+        old_fp = _known(dict(old["fingerprint"]), new_fp)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(
+            f"{run_file} is corrupt ({exc})", hint="pick a new --output-dir"
+        ) from None
+    old_inputs = old.get("inputs")
+    if not isinstance(old_inputs, dict):
+        return _diff(old_fp, new_fp)
+    names = _input_names(cfg)
+    changed = _diff(_without(old_fp, names), _without(new_fp, names))
+    new_inputs = _inputs(cfg, InputDigests(old.get("memo")))
+    for name in names:
+        if old_inputs.get(name) == new_inputs.get(name):
+            continue
+        was, now = old_fp.get(name, "<unset>"), new_fp.get(name)
+        changed.append(
+            f"{name} ({now!r}: its content changed since the run started)"
+            if was == now
+            else f"{name} ({was!r} → {now!r}, other content)"
+        )
+    return changed
+
+
+def check_run_dir(cfg: Any, run_name: str = RUN_FILE, command: str = "astra-train sft") -> bool:
+    """Whether ``output_dir`` holds a run of this config to resume (``cfg``: an SFT or RL
+    config, anything with ``output_dir``, ``resume``, ``fingerprint()`` and ``INPUTS``); False
+    where there is none yet or ``resume`` is off. Reads only: a ConfigError naming the keys if
+    it holds a run of a different config, or what else is wrong with it."""
+    out = Path(cfg.output_dir)
     run_file = out / run_name
-    new = cfg.fingerprint()
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output_dir {out} is a file", hint="pick a directory's path")
     if run_file.is_file():
-        try:
-            old = json.loads(run_file.read_text(encoding="utf-8"))["fingerprint"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(
-                f"{run_file} is corrupt ({exc})", hint="pick a new --output-dir"
-            ) from None
-        changed = _diff(old, new)
+        changed = run_differences(run_file, cfg)
         if changed:
             raise ConfigError(
                 f"{out} holds a run of a different config: " + "; ".join(changed),
                 hint="use the same config to resume, or pick a new --output-dir",
             )
-        return cfg.resume
+        return bool(cfg.resume)
     if out.exists() and any(out.iterdir()):
         raise ConfigError(
             f"{out} is not empty and holds no {run_name}: not an `{command}` run",
             hint="pick a new --output-dir",
         )
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".{run_name}.tmp"
-    payload = {"fingerprint": new, "digest": cfg.fingerprint_digest()}
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.rename(run_file)
     return False
 
 
+def prepare_run_dir(cfg: Any, run_name: str = RUN_FILE, command: str = "astra-train sft") -> bool:
+    """:func:`check_run_dir`, then create ``output_dir`` with its run file where there is
+    none yet; return whether a checkpoint should be resumed from."""
+    resume = check_run_dir(cfg, run_name, command)
+    run_file = Path(cfg.output_dir) / run_name
+    if not run_file.is_file():
+        run_file.parent.mkdir(parents=True, exist_ok=True)
+        write_run_file(cfg, run_file)
+    return resume
+
+
+def set_aside(out: Path) -> Path | None:
+    """Starting over (``resume: false``) in a directory that holds an earlier run's
+    checkpoints or final model: they are moved to ``OUTPUT_DIR/previous-N/`` (with its
+    metrics), so that a later resume cannot pick them up as this run's (a kill at step 2
+    would otherwise resume from the earlier run's last checkpoint), an earlier ``final/``
+    cannot pass for this run's, and nothing is deleted."""
+    old = [
+        p
+        for p in out.iterdir()
+        if (p.name.startswith("checkpoint-") and p.is_dir()) or p.name in (FINAL_DIR, CONVERTED_DIR)
+    ]
+    if not old:
+        return None
+    n = 1
+    while (out / f"previous-{n}").exists():
+        n += 1
+    dest = out / f"previous-{n}"
+    dest.mkdir()
+    for p in [*old, out / METRICS_FILE]:
+        if p.exists():
+            p.rename(dest / p.name)
+    log.warning("resume is off: the earlier run's checkpoints were moved to %s", dest)
+    return dest
+
+
+# ------------------------------------------------------------------ checkpoints
+
+
+def checkpoint_problem(ckpt: Path) -> str | None:
+    """Why ``ckpt`` cannot be resumed from (None: it can): its ``trainer_state.json`` torn,
+    its weights truncated or corrupt (each safetensors header against the file's size), a
+    torch file (optimizer, scheduler, RNG state) that is not a whole archive, or a JSON file
+    that does not parse. Cheap: the files' ends and headers are read, not their tensors."""
+    from serving.checkpoint import open_hf_checkpoint
+
+    try:
+        checkpoint_step(ckpt)
+        open_hf_checkpoint(ckpt)
+    except CheckpointError as exc:
+        return exc.message
+    for p in sorted(ckpt.iterdir()):
+        if p.suffix in (".pt", ".pth", ".bin"):
+            try:
+                with zipfile.ZipFile(p):  # torch.save's archive: its directory is at the end
+                    pass
+            except (OSError, zipfile.BadZipFile) as exc:
+                return f"{p} is truncated or corrupt ({exc})"
+        elif p.suffix == ".json":
+            try:
+                json.loads(p.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                return f"{p} is torn ({exc})"
+    return None
+
+
 def last_complete_checkpoint(output_dir: Path) -> Path | None:
-    """The newest ``checkpoint-N`` whose ``trainer_state.json`` (written last) is whole. The
-    Trainer writes that file in place, so a ``kill -9`` while it is written leaves it torn:
-    such a checkpoint is skipped (with a warning) for the one before it."""
+    """The newest ``checkpoint-N`` that can be resumed from (see :func:`checkpoint_problem`).
+    The Trainer writes its files in place, so a ``kill -9`` while it saves leaves one torn,
+    and a full disk or a bad copy can truncate any of them: such a checkpoint is skipped, with
+    a warning saying why, for the one before it."""
     if not output_dir.is_dir():
         return None
     found = []
@@ -117,12 +376,10 @@ def last_complete_checkpoint(output_dir: Path) -> Path | None:
         if m and p.is_dir() and (p / "trainer_state.json").is_file():
             found.append((int(m.group(1)), p))
     for _, p in sorted(found, reverse=True):
-        try:
-            checkpoint_step(p)
-        except CheckpointError:
-            log.warning("%s: trainer_state.json is torn (killed while saving?); skipped", p)
-            continue
-        return p
+        problem = checkpoint_problem(p)
+        if problem is None:
+            return p
+        log.warning("%s skipped (killed while saving?): %s; using the one before it", p, problem)
     return None
 
 
@@ -134,6 +391,86 @@ def checkpoint_step(checkpoint: Path) -> int:
         raise CheckpointError(
             f"{state} is unreadable ({exc})", hint="delete that checkpoint"
         ) from None
+
+
+def training_finished(checkpoint: Path) -> bool:
+    """Whether ``checkpoint`` ends its run: the Trainer's state there reached its
+    ``max_steps``. (Resumed from, the Trainer would train one step more whenever
+    ``max_steps`` is not a whole number of epochs.)"""
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        step, last = int(state["global_step"]), int(state["max_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return 0 < last <= step
+
+
+def converted_dir(cfg: Any) -> Path:
+    return Path(cfg.convert.out or cfg.output_dir / CONVERTED_DIR)
+
+
+def save_final(out: Path, save: Callable[[str], Any], tokenizer: Any, serving: str) -> Path:
+    """``OUT/final/``: the model (``save(dir)`` writes it) in HF layout with the serving chat
+    template: written into a temp dir, renamed into place."""
+    from serving.safetensors_io import swap_into_place
+
+    final = out / FINAL_DIR
+    tmp = out / f".{FINAL_DIR}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        save(str(tmp))
+        tokenizer.chat_template = serving
+        tokenizer.save_pretrained(str(tmp))
+        swap_into_place(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def convert_final(cfg: Any, final: Path) -> Path | None:
+    """``final/`` converted for serving (``convert``), or None where that is off."""
+    if not cfg.convert.enabled:
+        return None
+    from serving.convert import convert_checkpoint
+
+    target = converted_dir(cfg)
+    return convert_checkpoint(final, target, dtype=cfg.convert.dtype, overwrite=True).dst
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """A rerun of a run that had finished: nothing trained."""
+
+    checkpoint: Path
+    steps: int
+    final: Path
+    converted: Path | None
+    wrote: list[str]  # what was missing and was written from the checkpoint ([]: nothing)
+
+
+def finished_run(
+    cfg: Any, checkpoint: Path | None, tokenizer: Any, serving: str
+) -> FinishedRun | None:
+    """None unless ``checkpoint`` ends its run. Then the run is not trained again: if its
+    ``final/`` (and conversion, where on) is there, nothing is touched; if it was killed
+    after its last checkpoint, what is missing is written from that checkpoint."""
+    if checkpoint is None or not training_finished(checkpoint):
+        return None
+    final, wrote = cfg.output_dir / FINAL_DIR, []
+    if not final.is_dir():
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(
+            str(checkpoint), dtype=torch.float32, attn_implementation="sdpa"
+        )
+        save_final(cfg.output_dir, model.save_pretrained, tokenizer, serving)
+        wrote.append(FINAL_DIR)
+    converted = converted_dir(cfg) if cfg.convert.enabled else None
+    if converted is not None and not converted.is_dir():
+        convert_final(cfg, final)
+        wrote.append(str(converted))
+    return FinishedRun(checkpoint, checkpoint_step(checkpoint), final, converted, wrote)
 
 
 class MetricsLog:

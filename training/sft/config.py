@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class TRLOptions(BaseModel):
     """One machine (CPU in CI, or GPUs): TRL's ``SFTTrainer``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -31,7 +31,7 @@ class TRLOptions(BaseModel):
 class VerlOptions(BaseModel):
     """A cluster: verl's SFT trainer (FSDP) launched with torchrun or as a Ray job."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     nnodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(8, ge=1)
@@ -53,7 +53,7 @@ class VerlOptions(BaseModel):
 class ConvertOptions(BaseModel):
     """After training: the checkpoint converted for serving (``astra-serve convert``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     enabled: bool = True
     dtype: Literal["bfloat16", "float16"] = "bfloat16"
@@ -61,7 +61,7 @@ class ConvertOptions(BaseModel):
 
 
 class SFTConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     backend: Literal["trl", "verl"] = "trl"
     model: Path = Field(description="HF checkpoint dir to start from (weights + tokenizer)")
@@ -79,7 +79,7 @@ class SFTConfig(BaseModel):
     global_batch_size: int = Field(32, ge=1, description="sequences per optimizer step")
     micro_batch_size: int = Field(1, ge=1, description="sequences per device per forward")
     packing: bool = Field(True, description="padding-free batches (no pad tokens computed)")
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32, description="numpy's seed range")
     save_steps: int = Field(500, ge=1)
     save_total_limit: int = Field(2, ge=1)
     logging_steps: int = Field(1, ge=1)
@@ -89,12 +89,19 @@ class SFTConfig(BaseModel):
     verl: VerlOptions = Field(default_factory=VerlOptions)
     convert: ConvertOptions = Field(default_factory=ConvertOptions)
 
+    # the fields that name input files: a run is resumed by their content, not their paths
+    # (``training.sft.common.prepare_run_dir``)
+    INPUTS: ClassVar[tuple[str, ...]] = ("model", "train_files", "val_files")
+
     def fingerprint(self) -> dict[str, Any]:
-        """What must match to resume into ``output_dir`` (data, model, schedule, batch)."""
+        """What must match to resume (data, model, schedule, batch; not where the run
+        directory is, so that a moved or copied one resumes)."""
         keep = self.model_dump(
-            mode="json", exclude={"resume", "save_steps", "save_total_limit", "report_to"}
+            mode="json",
+            exclude={"output_dir", "resume", "save_steps", "save_total_limit", "report_to"},
         )
         keep.pop("convert")
+        keep["trl"].pop("threads")  # how fast, not what is trained
         return keep
 
     def fingerprint_digest(self) -> str:

@@ -14,7 +14,6 @@ import itertools
 import json
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,20 +21,26 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
-from serving.safetensors_io import swap_into_place
 from training.sft.common import (
-    FINAL_DIR,
     METRICS_FILE,
+    FinishedRun,
     MetricsLog,
     check_model,
+    check_run_dir,
+    check_sft_parquet,
     check_train_files,
     checkpoint_step,
+    convert_final,
+    finished_run,
     grad_accumulation,
     last_complete_checkpoint,
     prepare_run_dir,
+    save_final,
+    set_aside,
     world_size,
 )
 from training.sft.config import SFTConfig
+from training.sft.guard import FiniteGuard, check_start_weights
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,7 @@ class SFTResult:
     converted: Path | None
     steps: int
     resumed_from: Path | None
+    rerun: FinishedRun | None = None  # the run had finished: nothing was trained
 
 
 class TokenCounts:
@@ -203,7 +209,7 @@ def make_trainer(
     from transformers import PrinterCallback
     from trl import SFTTrainer
 
-    class CountingSFTTrainer(SFTTrainer):
+    class CountingSFTTrainer(FiniteGuard, SFTTrainer):
         def compute_loss(self, model: Any, inputs: Any, *a: Any, **kw: Any) -> Any:
             if model.training:
                 counts.add(inputs)
@@ -268,52 +274,48 @@ def load_model(cfg: SFTConfig) -> Any:
     if cfg.trl.threads:
         torch.set_num_threads(cfg.trl.threads)
     try:
-        return AutoModelForCausalLM.from_pretrained(
+        model = AutoModelForCausalLM.from_pretrained(
             str(cfg.model), dtype=torch.float32, attn_implementation=attention_for(cfg)
         )
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot load a causal LM from {cfg.model}: {exc}") from None
-
-
-def _save_final(trainer: Any, tokenizer: Any, serving: str, out: Path) -> Path:
-    """The trained model in HF layout, with the serving chat template: temp dir → rename."""
-    final = out / FINAL_DIR
-    tmp = out / f".{FINAL_DIR}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        trainer.model.set_attn_implementation("sdpa")  # what the saved config says
-        trainer.save_model(str(tmp))
-        tokenizer.chat_template = serving
-        tokenizer.save_pretrained(str(tmp))
-        swap_into_place(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return check_start_weights(model, cfg.model)
 
 
 def run_trl(cfg: SFTConfig, progress: ProgressHook | None = None) -> SFTResult:
-    """Train ``cfg`` with TRL; resume from the newest complete checkpoint of ``output_dir``."""
+    """Train ``cfg`` with TRL; resume from the newest complete checkpoint of ``output_dir``.
+    A run that had finished is not trained again (see ``finished_run``); one whose loss,
+    gradient or weights turn non-finite stops with ``TrainingDiverged``, without a
+    ``final/``."""
     import datasets
     from transformers.utils import logging as hf_logging
 
     from training.template import load_tokenizer, serving_template
 
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
     check_model(cfg.model)
     check_train_files(list(cfg.train_files))
+    check_sft_parquet(list(cfg.train_files))
     tokenizer = load_tokenizer(cfg.model)
     serving = serving_template(tokenizer)
     rows = tokenized_rows(cfg, tokenizer)
-    grad_accumulation(cfg, world_size())  # before anything is written
-    resume = prepare_run_dir(cfg)
+    grad_accumulation(cfg, world_size())
+    resume = check_run_dir(cfg)
     ckpt = last_complete_checkpoint(cfg.output_dir) if resume else None
+    done = finished_run(cfg, ckpt, tokenizer, serving)
+    if done is not None:
+        return SFTResult(cfg.output_dir, done.final, done.converted, done.steps, ckpt, done)
+    model = load_model(cfg)  # its weights checked before anything is written
+    prepare_run_dir(cfg)
+    if not resume:
+        set_aside(cfg.output_dir)
     metrics = MetricsLog(cfg.output_dir / METRICS_FILE, checkpoint_step(ckpt) if ckpt else None)
     counts = TokenCounts()
-    hf_logging.disable_progress_bar()
-    datasets.disable_progress_bars()
     device = device_of(cfg)
     trainer = make_trainer(
         cfg,
-        load_model(cfg),
+        model,
         tokenizer,
         rows,
         trl_args(cfg, device),
@@ -323,11 +325,8 @@ def run_trl(cfg: SFTConfig, progress: ProgressHook | None = None) -> SFTResult:
     if ckpt:
         log.info("resuming from %s", ckpt)
     trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
-    final = _save_final(trainer, tokenizer, serving, cfg.output_dir)
-    converted = None
-    if cfg.convert.enabled:
-        from serving.convert import convert_checkpoint
-
-        target = cfg.convert.out or cfg.output_dir / "final-bf16"
-        converted = convert_checkpoint(final, target, dtype=cfg.convert.dtype, overwrite=True).dst
+    trainer.check_weights()
+    trainer.model.set_attn_implementation("sdpa")  # what the saved config says
+    final = save_final(cfg.output_dir, trainer.save_model, tokenizer, serving)
+    converted = convert_final(cfg, final)
     return SFTResult(cfg.output_dir, final, converted, trainer.state.global_step, ckpt)
