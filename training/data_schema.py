@@ -30,6 +30,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 Problem = tuple[str, str]  # (reason, detail)
 
 
+ROLES = ("system", "user", "assistant", "tool")
+
+
 class Message(BaseModel):
     """One chat message as the chat template reads it (validation only: records keep their
     own dicts, so what is written is what was read)."""
@@ -46,7 +49,7 @@ class Message(BaseModel):
     @field_validator("role", mode="before")
     @classmethod
     def _role(cls, value: Any) -> Any:
-        if value not in ("system", "user", "assistant", "tool"):
+        if value not in ROLES:
             raise ValueError(f"role {str(value)[:40]!r} is not system, user, assistant or tool")
         return value
 

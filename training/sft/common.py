@@ -84,7 +84,7 @@ def _kind(value: Any) -> str:
 def _row_problem(rec: Mapping[str, Any]) -> tuple[str, str] | None:
     """(column, why) for the first cell of an ``sft.parquet`` row that ``read_sft_parquet``
     and the template cannot take; None for a sound row."""
-    from training.data import ROLES
+    from training.data_schema import ROLES
 
     for column in ("id", "source"):
         if not isinstance(rec[column], str):

@@ -34,7 +34,7 @@ from typing import Any
 
 from astra_agent.config import check_writable
 from astra_agent.errors import AstraError, ConfigError
-from training.sft.common import check_model, check_train_files
+from training.sft.common import check_model, check_sft_parquet, check_train_files
 from training.sft.config import SFTConfig
 from training.verl_job import (
     check_device,
@@ -299,6 +299,7 @@ def prepare_verl(cfg: SFTConfig) -> VerlJob:
     if cfg.verl.run:
         _check_can_run(cfg)
         check_train_files(list(cfg.train_files))
+        check_sft_parquet(list(cfg.train_files))
         check_model(Path(cfg.model))
     check_resume(cfg.output_dir, workdir, cfg.resume, cfg.fingerprint())
     check_writable(workdir, "output dir", kind="dir")
