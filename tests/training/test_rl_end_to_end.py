@@ -39,8 +39,9 @@ STEPS = 20
 # The mean paired difference (trained minus start, PAIRED_SAMPLES seeded episodes per task)
 # must exceed its standard error MARGIN_SE times: a policy that did not change passes that
 # about 1 time in 40; the rise measured here (+0.158 with an error of 0.045 over 32 pairs per
-# task, ≈5 errors with 64) fails it about 1 time in 1,000. The training reward of the first and
-# last steps is printed beside it: one step's 32 episodes vary by ≈±0.08, too much to assert on.
+# task: 3.5 errors, ≈5 expected with 64) would fail it about 1 time in 1,000. The training
+# reward of the first and last steps is printed beside it: one step's 32 episodes vary by
+# ≈±0.08, too much to assert on.
 MARGIN_SE = 2.0
 FIRST, LAST = 4, 12
 RL_ENV = {"ASTRA_TRAIN_EVAL_EVERY": "0"}  # the held-out set is not what this test is about
