@@ -479,3 +479,25 @@ def test_the_cli_writes_the_verl_job_of_a_shipped_recipe_and_says_how_to_launch_
     launch = out / "verl" / "launch.sh"
     assert launch.is_file() and os.access(launch, os.X_OK)
     assert f"bash {launch}" in res.output and "verl.trainer.sft_trainer" in launch.read_text()
+
+
+def test_a_broken_parquet_cell_is_refused_before_verl_launches(
+    tmp_path: Path, tiny_tokenizer_dir: Path, tok: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same row check as the TRL backend's (``check_sft_parquet``), before the job dir."""
+    import pyarrow as pa
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")  # torchrun
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "train.parquet"
+    write_ours(path, [(conversation(), TOOLS), (conversation(), TOOLS)], tok)
+    table = pq.read_table(path)
+    column = table.column_names.index("messages")
+    cells = table.column("messages").to_pylist()
+    cells[1] = "{not json"
+    pq.write_table(table.set_column(column, "messages", pa.array(cells)), path)
+    cfg = make_cfg(tmp_path, model=tiny_tokenizer_dir, verl={"device": "cpu", "run": True})
+    with pytest.raises(ConfigError, match=r"row 1 .*column 'messages': not JSON"):
+        run_verl(cfg, echo=lambda _: None)
+    assert not (tmp_path / "out").exists()
