@@ -62,8 +62,7 @@ def shared_once(
     record. A build that failed leaves no record, so the next worker tries again."""
     from filelock import FileLock
 
-    base = factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = _shared_root(factory)
     record = root / f"{name}.json"
     with FileLock(str(root / f"{name}.lock")):
         if record.is_file():
@@ -113,6 +112,38 @@ def vllm_server(tiny_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
     with VLLMServer(tiny_serve_config(tiny_bf16, log_file=log)) as server:
         yield server
+
+
+def _shared_root(factory: pytest.TempPathFactory) -> Path:
+    """The session's temp directory that every xdist worker (and the controller) shares."""
+    base = factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def figures(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], None]:
+    """``figures(title, text)``: what a test measured (the training proofs' rewards, times…),
+    printed in the terminal summary at the end of the run, so that the CI log holds it even on
+    a pass and under pytest-xdist (whose workers' output is not shown)."""
+    out = _shared_root(tmp_path_factory) / "figures"
+
+    def write(title: str, text: str) -> None:
+        out.mkdir(exist_ok=True)
+        (out / f"{len(list(out.iterdir())):03d}.txt").write_text(f"{title}\n{text}\n")
+
+    return write
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    factory = getattr(config, "_tmp_path_factory", None)
+    out = factory.getbasetemp() / "figures" if factory is not None else None
+    if out is None or not out.is_dir():
+        return
+    terminalreporter.section("figures measured by the tests")
+    for path in sorted(out.iterdir()):
+        terminalreporter.write(path.read_text())
 
 
 # `make test` runs the suite on two pytest-xdist workers, a module at a time on one worker

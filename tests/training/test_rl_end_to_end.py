@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -102,11 +103,9 @@ def paired_rise(start: RLStart, trained: dict[str, list[float]]) -> tuple[float,
 
 @pytest.mark.slow
 def test_rl_raises_the_reward_on_its_tasks(
-    rl_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    rl_run: dict[str, Any], figures: Callable[[str, str], None]
 ) -> None:
     text = report(rl_run)
-    with capsys.disabled():
-        print(text, flush=True)
     m = rl_run["metrics"]
     assert [r["step"] for r in m] == list(range(1, STEPS + 1))
     first, last = window_means(m)
@@ -116,11 +115,11 @@ def test_rl_raises_the_reward_on_its_tasks(
         t: (sum(start.baseline[t]) / PAIRED_SAMPLES, sum(rl_run["trained"][t]) / PAIRED_SAMPLES)
         for t in start.chosen
     }
-    with capsys.disabled():
-        print(f"mean training reward: first {FIRST} steps {first:.3f}, last {LAST} {last:.3f}")
-        print(f"paired episodes, start → trained: {per_task}; mean difference {rise:+.3f}, "
-              f"standard error {se:.3f} ({rise / se if se else 0:.1f} errors), "
-              f"{same} of {len(start.chosen) * PAIRED_SAMPLES} pairs equal")  # fmt: skip
+    text += (f"\nmean training reward: first {FIRST} steps {first:.3f}, last {LAST} {last:.3f}"
+             f"\npaired episodes, start → trained: {per_task}; mean difference {rise:+.3f}, "
+             f"standard error {se:.3f} ({rise / se if se else 0:.1f} errors), "
+             f"{same} of {len(start.chosen) * PAIRED_SAMPLES} pairs equal")  # fmt: skip
+    figures("RL end to end (TRL)", text)
     assert rise > MARGIN_SE * se, text
     for r in m:
         a = r["abf"]

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,11 @@ def _console_steps(text: str) -> list[dict[str, float]]:
 
 
 @pytest.fixture(scope="module")
-def verl_run(rl_start_point: RLStart, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def verl_run(
+    rl_start_point: RLStart,
+    tmp_path_factory: pytest.TempPathFactory,
+    figures: Callable[[str, str], None],
+) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("rl-verl-e2e")
     stages = Stages()
     start, data, run = rl_start_point.checkpoint, rl_start_point.tasks_file, work / "rl-run"
@@ -157,14 +162,15 @@ def verl_run(rl_start_point: RLStart, tmp_path_factory: pytest.TempPathFactory) 
     lines = killed["steps"] + rerun
     with stages.run("serve + eval the verl checkpoint"):
         summary = serve_and_score(run / "final-bf16", data, work)
-    print("\n== verl RL end to end ==", stages.wall, killed)
+    text = [f"{stages.wall} {killed}"]
     for m in lines:
-        print(
+        text.append(
             f"step {m['training/global_step']:.0f}: reward {m['critic/rewards/mean']:.3f} "
             f"abf sampled {m['training/abf/sampled']:.0f} valid {m['training/abf/valid']:.0f} "
             f"step {m['timing_s/step']:.1f}s (gen {m['timing_s/gen']:.1f}s, update "
             f"{m['timing_s/update_actor']:.1f}s, weights {m['timing_s/update_weights']:.2f}s)"
         )
+    figures("verl RL end to end", "\n".join(text))
     return {
         "stdout": out.stdout,
         "metrics": lines,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,11 +157,10 @@ def test_a_random_tiny_model_learns_the_arena_tasks(
     untrained: dict[str, Any],
     trained: dict[str, Any],
     stages: Stages,
-    capsys: pytest.CaptureFixture[str],
+    figures: Callable[[str, str], None],
 ) -> None:
     text = report(untrained, trained, stages, time.monotonic() - t_start)
-    with capsys.disabled():
-        print(text, flush=True)
+    figures("SFT end to end", text)
     # before: the same model, served the same way, solves nothing
     assert untrained["tasks"] == 24 and untrained["mean_reward"] == 0.0
     # after: the training tasks solved, through vLLM's own parsers
