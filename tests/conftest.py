@@ -19,6 +19,11 @@ from serving.convert import convert_checkpoint
 from serving.server import ServeConfig, VLLMServer, load_serve_config
 from serving.tiny import TinySpec, build_tiny_checkpoint
 
+# The CLIs' rich consoles wrap at the terminal's width, 80 columns where there is none (read
+# at each print): the tests read messages as one line, and paths under pytest-xdist's temp dirs
+# run past 80, so the tests run as on a wide terminal. Subprocesses inherit it.
+os.environ["COLUMNS"] = "300"
+
 
 def descendants_alive(root_pid: int) -> list[int]:
     """Live processes whose parent chain reaches ``root_pid``."""

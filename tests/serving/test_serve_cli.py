@@ -112,7 +112,7 @@ def test_up_stops_on_signals_with_exit_0_and_no_process_left(
         _wait_for(out, "ready", 60)
         assert len(descendants_alive(proc.pid)) >= 2  # the server and its "engine core"
         proc.send_signal(sig)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=120) == 0  # a bound on a hang, not a speed: machines get busy
         err = proc.stderr.read() if proc.stderr else ""
     finally:
         if proc.poll() is None:
@@ -134,7 +134,7 @@ def test_up_when_vllm_dies_after_start_is_a_failure(
         _wait_for(out, "ready", 60)
         (server_pid,) = [p for p in descendants_alive(proc.pid) if _parent(p) == proc.pid]
         os.kill(server_pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == 1
+        assert proc.wait(timeout=120) == 1
     finally:
         if proc.poll() is None:
             proc.kill()
