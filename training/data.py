@@ -303,7 +303,8 @@ class _Builder:
 # ------------------------------------------------------------------ fingerprint and output
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """A file's SHA-256, read in blocks."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -316,7 +317,7 @@ def fingerprint(inputs: list[Path], options: DataOptions, tokenizer: Any) -> str
     vocab = json.dumps(tokenizer.get_vocab(), sort_keys=True)
     keep = {
         "format": FORMAT,
-        "inputs": [_sha256(p) for p in inputs],
+        "inputs": [file_sha256(p) for p in inputs],
         "options": options.model_dump(mode="json", exclude={"tokenizer"}),
         "template": serving_template(tokenizer),
         "vocab": hashlib.sha256(vocab.encode()).hexdigest(),

@@ -29,6 +29,20 @@ TRAIN_TIMEOUT_S = 3600
 SFT_KEEP = {"ASTRA_TRAIN_SAVE_TOTAL_LIMIT": "5", "ASTRA_TRAIN_SAVE_STEPS": "200"}
 
 
+def write_recipe(tmp_path: Path, cfg: dict[str, Any], over: dict[str, Any]) -> Path:
+    """``cfg`` with ``over`` applied (a dict value updates that section) as a new recipe file
+    in ``tmp_path``."""
+    cfg = dict(cfg)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key] = {**cfg[key], **value}
+        else:
+            cfg[key] = value
+    path = tmp_path / f"recipe-{len(list(tmp_path.glob('recipe-*')))}.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
 def cli(
     module: str, *args: str, timeout: float = 900, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:

@@ -28,6 +28,7 @@ from astra_agent import console as console_mod
 from astra_agent.arena import parse_record
 from astra_agent.sandbox import SandboxLimits, bwrap_available
 from tests.conftest import kill_after_records
+from tests.training.e2e import write_recipe
 from training.cli import app
 from training.rl.batch import load_tasks
 from training.rl.config import RLConfig
@@ -149,14 +150,7 @@ def recipe(tmp_path: Path, model: Path, train: Path | list[Path], **over: Any) -
         "convert": {"enabled": False},
         "abf": {"enabled": False},
     }
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
-            cfg[key] = {**cfg[key], **value}
-        else:
-            cfg[key] = value
-    path = tmp_path / f"recipe-{len(list(tmp_path.glob('recipe-*')))}.json"
-    path.write_text(json.dumps(cfg))
-    return path
+    return write_recipe(tmp_path, cfg, over)
 
 
 def rl(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:

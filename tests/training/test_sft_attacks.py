@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from astra_agent import console as console_mod
 from astra_agent.errors import ConfigError
 from serving.tiny import TinySpec, build_tiny_checkpoint
+from tests.training.e2e import write_recipe
 from training.cli import app
 from training.sft.common import MetricsLog, last_complete_checkpoint, prepare_run_dir
 from training.sft.config import SFTConfig
@@ -84,14 +85,7 @@ def recipe(tmp_path: Path, model: Path, data: Path, **over: Any) -> Path:
         "trl": {"threads": 1},
         "convert": {"enabled": False},
     }
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
-            cfg[key] = {**cfg[key], **value}
-        else:
-            cfg[key] = value
-    path = tmp_path / f"recipe-{len(list(tmp_path.glob('recipe-*')))}.json"
-    path.write_text(json.dumps(cfg))
-    return path
+    return write_recipe(tmp_path, cfg, over)
 
 
 def sft(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:

@@ -169,11 +169,9 @@ class InputDigests:
         elif known in self._process:
             sha = self._process[known]
         else:
-            h = hashlib.sha256()
-            with path.open("rb") as f:
-                while block := f.read(1 << 20):
-                    h.update(block)
-            sha = self._process[known] = h.hexdigest()
+            from training.data import file_sha256
+
+            sha = self._process[known] = file_sha256(path)
         self.seen[key] = [st.st_size, st.st_mtime_ns, sha]
         return sha
 
