@@ -191,8 +191,9 @@ def _dies_with(parent: int) -> Callable[[], None]:
     return setup
 
 
-def _stop_group(proc: subprocess.Popen[str], grace_s: float = 20.0) -> None:
-    """SIGTERM the launch script's process group, then SIGKILL what is left after ``grace_s``."""
+def _stop_group(proc: subprocess.Popen[str], grace_s: float = 45.0) -> None:
+    """SIGTERM the launch script's process group, then SIGKILL what is left after ``grace_s``
+    (long enough for ``training.verl_launch`` to stop what is below it: up to ≈30 s)."""
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)

@@ -3,81 +3,138 @@ starts outlives it.
 
 verl's ``main_ppo`` starts a local Ray (its daemons, the dashboard agent, worker processes,
 our rollout server actor and its vLLM child), and Ray detaches some of them: when the driver
-dies abruptly, stragglers were measured alive a minute later. This supervisor makes itself the
-*child subreaper* of everything below it (``PR_SET_CHILD_SUBREAPER``: orphans are re-parented to
-it, not to init), runs the command, and when the command ends — or when this supervisor is told
-to stop (SIGTERM, SIGINT, SIGHUP; ``astra-train`` asks the kernel to send it SIGTERM should
-``astra-train`` die, ``kill -9`` included) — sends SIGTERM to every process still below it,
-then SIGKILL to what is left after a grace period. It exits with the command's status.
+dies abruptly, stragglers were measured alive a minute later. This supervisor
+
+- makes itself the *child subreaper* of everything below it (``PR_SET_CHILD_SUBREAPER``:
+  orphans are re-parented to it, not to init);
+- starts the command in a process group of its own, so that nothing below can signal the
+  supervisor with its group (``killpg``), and marks the command's environment with
+  ``ASTRA_LAUNCH_ID`` (inherited by everything below unless a process clears its environment);
+- when the command ends, or when the supervisor is told to stop (SIGTERM, SIGINT, SIGHUP;
+  ``astra-train`` asks the kernel to send it SIGTERM should ``astra-train`` die, ``kill -9``
+  included), sends SIGTERM to every process below it or bearing its mark, SIGKILL to what is
+  left after a grace period, and sweeps again until nothing is left (a process that escaped
+  the tree is still found by its mark).
+
+It exits with the command's status. What it stopped is written to ``$ASTRA_LAUNCH_LOG`` when
+that is set (its own stderr may be a pipe whose reader is gone).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from types import FrameType
 
 _PR_SET_CHILD_SUBREAPER = 36
 GRACE_S = 10.0
+MARK = "ASTRA_LAUNCH_ID"
 
 
-def descendants(root: int) -> list[int]:
-    """Live processes below ``root`` (read from /proc)."""
+def _table() -> dict[int, int]:
+    """pid → parent pid of every process that has not exited (read from /proc)."""
     parents: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return parents
+    for name in names:
+        if not name.isdigit():
+            continue
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if fields[0] not in ("Z", "X"):
-            parents[int(stat.parent.name)] = int(fields[1])
+        if fields and fields[0] not in (b"Z", b"X"):
+            parents[int(name)] = int(fields[1])
+    return parents
+
+
+def _has_mark(pid: int, mark: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return mark in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def descendants(root: int, mark: str | None = None) -> list[int]:
+    """Live processes below ``root``, and, with ``mark``, those whose environment holds
+    ``ASTRA_LAUNCH_ID=mark`` wherever they are."""
+    parents = _table()
+    token = f"{MARK}={mark}".encode() if mark else None
     out = []
     for pid in parents:
+        if pid == root:
+            continue
         p = pid
         while p in parents and p != root and p > 1:
             p = parents[p]
-        if p == root and pid != root:
+        if p == root or (token is not None and _has_mark(pid, token)):
             out.append(pid)
     return out
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
-    import os
-
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(OSError):
             os.kill(pid, sig)
 
 
-def reap_below(root: int, grace_s: float = GRACE_S) -> None:
-    """SIGTERM everything below ``root``, SIGKILL what is still there after ``grace_s``."""
-    import os
-
-    _signal_all(descendants(root), signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while descendants(root) and time.monotonic() < deadline:
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:  # orphans are ours to reap
-                pass
-        except ChildProcessError:
+def _reap_zombies() -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:  # orphans are ours to reap
             pass
+
+
+def reap_below(root: int, grace_s: float = GRACE_S, mark: str | None = None) -> list[int]:
+    """SIGTERM everything below ``root`` (or bearing ``mark``), SIGKILL what is still there
+    after ``grace_s``, and keep sweeping with SIGKILL (what a dying daemon started meanwhile)
+    until nothing is left or ``grace_s`` more has passed. The pids it signalled."""
+    seen = descendants(root, mark)
+    _signal_all(seen, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        _reap_zombies()
+        left = descendants(root, mark)
+        if not left:
+            break
+        seen += [p for p in left if p not in seen]
         time.sleep(0.2)
-    _signal_all(descendants(root), signal.SIGKILL)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        left = descendants(root, mark)
+        if not left:
+            break
+        seen += [p for p in left if p not in seen]
+        _signal_all(left, signal.SIGKILL)
+        time.sleep(0.1)
+        _reap_zombies()
+    return seen
+
+
+def _log(text: str) -> None:
+    path = os.environ.get("ASTRA_LAUNCH_LOG")
+    with contextlib.suppress(OSError, ValueError):
+        if path:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
 
 
 def main(argv: list[str]) -> int:
-    import os
-
     if not argv:
         print("usage: python -m training.verl_launch COMMAND [ARG…]", file=sys.stderr)
         return 2
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    child = subprocess.Popen(argv)
+    mark = f"{os.getpid()}-{secrets.token_hex(8)}"
+    child = subprocess.Popen(argv, env={**os.environ, MARK: mark}, process_group=0)
     stopped_at: list[float] = []
     why: list[int] = []
 
@@ -85,11 +142,12 @@ def main(argv: list[str]) -> int:
         if not why:
             why.append(signum)
             stopped_at.append(time.monotonic())
-            with contextlib.suppress(ProcessLookupError):
+            with contextlib.suppress(OSError):
                 child.send_signal(signal.SIGTERM)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, stop)
+    rc = 1
     try:
         while True:
             try:
@@ -97,10 +155,16 @@ def main(argv: list[str]) -> int:
                 break
             except subprocess.TimeoutExpired:
                 if stopped_at and time.monotonic() - stopped_at[0] > GRACE_S:
-                    child.kill()
+                    with contextlib.suppress(OSError):
+                        child.kill()
     finally:
-        reap_below(os.getpid())
-    return 128 + why[0] if why else rc
+        why_text = signal.Signals(why[0]).name if why else f"the command ended ({rc})"
+        _log(f"stopping what is left below {argv[0]!r}: {why_text}")
+        stopped = reap_below(os.getpid(), mark=mark)
+        _log(f"stopped {len(stopped)} process(es); left: {descendants(os.getpid(), mark)}")
+    if why:
+        return 128 + why[0]
+    return 128 - rc if rc < 0 else rc  # killed by a signal: the shell's convention
 
 
 if __name__ == "__main__":

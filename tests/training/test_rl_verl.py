@@ -684,3 +684,36 @@ def test_the_launch_supervisor_stops_everything_on_sigterm(tmp_path: Path) -> No
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     assert _gone(int(pidfile.read_text()))
+
+
+def test_the_launch_supervisor_survives_its_command_signalling_its_group(tmp_path: Path) -> None:
+    """Something below that signals its whole process group (``kill -9 0``) cannot take the
+    supervisor with it: the command runs in a group of its own, and what it left is stopped."""
+    pidfile = tmp_path / "pid"
+    log = tmp_path / "launch.log"
+    in_own_session = 'until [ "$(cut -d" " -f6 /proc/$!/stat)" = "$!" ]; do sleep 0.05; done'
+    script = f"setsid sleep 300 & echo $! > {pidfile}; {in_own_session}; kill -KILL 0"
+    out = subprocess.run(
+        [sys.executable, "-m", "training.verl_launch", "bash", "-c", script],
+        timeout=60,
+        env={**os.environ, "ASTRA_LAUNCH_LOG": str(log)},
+    )
+    assert out.returncode == 128 + 9
+    assert _gone(int(pidfile.read_text()))
+    text = log.read_text()
+    assert "the command ended (-9)" in text and "stopped 1 process(es); left: []" in text
+
+
+def test_a_process_that_left_the_tree_is_found_by_its_mark() -> None:
+    from training.verl_launch import MARK, descendants
+
+    env = {**os.environ, MARK: "test-mark"}
+    other = subprocess.Popen(["sleep", "30"], env=env)  # not below pid 1's child `root`
+    try:
+        root = other.pid + 10**7  # no such process: nothing is below it
+        assert descendants(root) == []
+        assert descendants(root, "test-mark") == [other.pid]
+        assert descendants(root, "another-mark") == []
+    finally:
+        other.kill()
+        other.wait()

