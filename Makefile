@@ -49,7 +49,10 @@ lint: setup-main
 typecheck: setup-main
 	$(VENV)/bin/mypy
 
-test: setup lint typecheck
+# Set-up, lint and typecheck as parallel jobs (the three virtualenvs, npm and apt install
+# side by side; lint and typecheck start once .venv is there), each job's output together.
+test:
+	$(MAKE) --no-print-directory --jobs=4 --output-sync=target setup lint typecheck
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 demo: setup

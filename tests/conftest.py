@@ -152,17 +152,48 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 # `make test` runs the suite on two pytest-xdist workers, a module at a time on one worker
-# (`--dist loadscope --no-loadscope-reorder`: module fixtures run once), in this order: the
-# longest chain first (the RL proof: the shared arena corpus and SFT run, a probe and 20 RL
-# steps), the other modules that need that SFT run last, so that the other worker does not
-# wait on its lock while there is other work.
-_FIRST = ("tests/training/test_rl_end_to_end.py",)
-_LAST = ("tests/training/test_rl_verl_end_to_end.py", "tests/training/test_sft_end_to_end.py")
+# (`--dist loadscope`: module fixtures run once), handed out one module ahead (below), in this
+# order: the longest chain first (the RL proof: the shared arena corpus and SFT run, a probe
+# and RL steps); the modules outside tests/training; verl's end-to-end test (≈8 min, needs the
+# RL start point, ready by then); the rest of tests/training; the SFT proof last. What the
+# second worker would do while the first trains is there for it, and the long modules are not
+# left queued behind each other at the end.
+_RANKS = {
+    "tests/training/test_rl_end_to_end.py": 0,
+    "tests/training/test_rl_verl_end_to_end.py": 2,
+    "tests/training/test_sft_end_to_end.py": 4,
+}
+
+
+def _rank(module: str) -> int:
+    return _RANKS.get(module, 3 if module.startswith("tests/training/") else 1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
-        module = item.nodeid.split("::", 1)[0]
-        return 0 if module in _FIRST else 2 if module in _LAST else 1
+        return _rank(item.nodeid.split("::", 1)[0])
 
     items.sort(key=rank)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadscope``, but a worker is given its next module only when it is down to its
+    last test (xdist's own keeps two modules queued on each worker, so the suite's last long
+    modules could wait behind each other on one worker while the other sat idle)."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneModuleAhead(LoadScopeScheduling):  # type: ignore[misc]
+        def _reschedule(self, node: Any) -> None:
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            # a worker holds back its last test until it knows the next (or shuts down)
+            if self._pending_of(self.assigned_work[node]) > 1:
+                return
+            self._assign_work_unit(node)
+
+    return OneModuleAhead(config, log)
