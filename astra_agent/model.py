@@ -13,7 +13,11 @@
   is retried for about a second, then reported with what to do; the start-up check
   (``check_model``, also run by ``async with``) has a short timeout of its own, so that a port
   that accepts connections but never answers fails in seconds, not after ``request_timeout_s``
-  times the retries. Failures are :class:`EndpointError` with a ``kind`` to branch on.
+  times the retries. Failures are :class:`EndpointError` with a ``kind`` to branch on; a
+  streamed reply that fails part-way is one too, not retried (its pieces were shown);
+* the body is posted as built and the reply read as plain JSON
+  (:class:`~astra_agent.http_client.JSONClient`, aiohttp): no SDK models in between, a third
+  of the client CPU per reply (``bench/client.py``).
 
 :class:`Model` is what the episode loop needs of a model; :class:`ChatModel` implements it for
 an HTTP endpoint, and a token-level policy (RL rollouts) implements the same protocol.
@@ -28,13 +32,14 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from astra_agent.errors import ConfigError, ServerError
+from astra_agent.http_client import HTTPFailure, JSONClient, NotJSON
 from astra_agent.trajectory import FailureKind
 
 log = logging.getLogger(__name__)
@@ -227,13 +232,21 @@ def recover_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
 
 
 def reasoning_field(obj: Any) -> tuple[str, str | None]:
-    """The reasoning of a message or delta and the field it came in: ``reasoning`` (newer
-    vLLM) or ``reasoning_content``; ("", None) if there is none."""
-    extra = getattr(obj, "model_extra", None) or {}
-    for key in ("reasoning", "reasoning_content"):
-        value = getattr(obj, key, None) or extra.get(key)
+    """The reasoning of a message or delta (a decoded JSON object, or an OpenAI SDK object)
+    and the field it came in: ``reasoning`` (newer vLLM) or ``reasoning_content``; ("", None)
+    if there is none."""
+    if isinstance(obj, dict):
+        found = {k: obj.get(k) for k in ("reasoning", "reasoning_content")}
+    else:
+        extra = getattr(obj, "model_extra", None) or {}
+        found = {
+            k: getattr(obj, k, None) or extra.get(k) for k in ("reasoning", "reasoning_content")
+        }
+    for key, value in found.items():
         if value:
-            return str(value), key
+            if not isinstance(value, str):
+                raise TypeError(f"{key} is a {type(value).__name__}")
+            return value, key
     return "", None
 
 
@@ -264,25 +277,17 @@ def prepare_messages(
 
 
 class ChatModel(Model):
-    """Async client for an OpenAI-compatible chat endpoint (vLLM first).
+    """Async client for an OpenAI-compatible chat endpoint (vLLM first), over
+    :class:`~astra_agent.http_client.JSONClient`.
 
     Use it as ``async with ChatModel(cfg) as model:`` — entering checks the endpoint
     (:meth:`check_model`), leaving closes its HTTP session — or call :meth:`close` yourself.
     """
 
     def __init__(self, config: ModelConfig | None = None, **overrides: Any) -> None:
-        import openai
-
         self.config = (config or ModelConfig()).model_copy(update=overrides)
-        self._client = openai.AsyncOpenAI(
-            base_url=self.config.base_url,
-            api_key=self.config.api_key or "EMPTY",
-            timeout=self.config.request_timeout_s,
-            max_retries=0,  # ours, with backoff and logging
-            # aiohttp under the SDK: a third less client CPU per request than its default
-            # transport, which is what bounds a concurrent eval (bench/bfcl_harness.py).
-            http_client=openai.DefaultAioHttpClient(timeout=self.config.request_timeout_s),
-        )
+        # Sent as before with the OpenAI SDK: a bearer token even where none is configured.
+        self._http = JSONClient(self.config.base_url, api_key=self.config.api_key or "EMPTY")
         self._model = self.config.model
 
     @property
@@ -292,16 +297,18 @@ class ChatModel(Model):
 
     @property
     def closed(self) -> bool:
-        return self._client.is_closed()
+        return self._http.closed
 
     async def _served(self) -> list[str]:
         """The ids the endpoint serves; a short timeout (``probe_timeout_s``), not retried."""
         timeout = self.config.probe_timeout_s
-        models = await self._with_retries(
-            lambda: self._client.models.list(timeout=timeout), probe=True
+        models = await self._with_retries(lambda: self._http.get("/models", timeout), probe=True)
+        data = models.get("data") if isinstance(models, dict) else None
+        ids = (
+            [m.get("id") if isinstance(m, dict) else None for m in data]
+            if isinstance(data, list)
+            else [None]
         )
-        data = getattr(models, "data", None)
-        ids = [getattr(m, "id", None) for m in data] if isinstance(data, list) else [None]
         if not all(isinstance(i, str) and i for i in ids):
             raise ServerError(
                 f"{self.config.base_url}/models did not return a model list",
@@ -343,63 +350,60 @@ class ChatModel(Model):
         return self
 
     async def _with_retries(self, call: Callable[[], Awaitable[Any]], probe: bool = False) -> Any:
-        import openai
-
         attempt, t0 = 0, time.monotonic()
         while True:
             try:
                 return await call()
-            except (ValueError, TypeError, AttributeError) as exc:  # the SDK's parse of the body
+            except NotJSON as exc:
                 url = self.config.base_url
                 raise EndpointError(
-                    f"{url}: the reply is not a valid response ({type(exc).__name__}: "
-                    f"{str(exc)[:200]})",
+                    f"{url}: the reply is not a valid response ({exc})",
                     kind="other",
                     url=url,
                     hint="is this an OpenAI-compatible endpoint?",
                 ) from exc
-            except (openai.APIError, TimeoutError) as exc:
-                kind = failure_kind(exc)
-                delay = self._retry_delay(exc, kind, attempt, time.monotonic() - t0, probe)
+            except HTTPFailure as exc:
+                delay = self._retry_delay(exc, attempt, time.monotonic() - t0, probe)
                 if delay is None:
-                    raise self._error(exc, kind, probe) from exc
-                log.warning("%s; retry %d in %.1f s", _describe(exc), attempt + 1, delay)
+                    raise self._error(exc, probe) from exc
+                log.warning("%s; retry %d in %.1f s", exc.what, attempt + 1, delay)
                 attempt += 1
                 await asyncio.sleep(delay)
 
     def _retry_delay(
-        self, exc: Exception, kind: FailureKind, attempt: int, elapsed: float, probe: bool
+        self, exc: HTTPFailure, attempt: int, elapsed: float, probe: bool
     ) -> float | None:
         """Seconds before the next try, or None to give up. A refused connection is retried
         for ``connect_retry_s`` only; the start-up check's timeout is not retried."""
-        c = self.config
+        c, kind = self.config, exc.kind
         if attempt >= c.max_retries:
             return None
         if kind == "unreachable":
             step = c.connect_retry_s / 4
             return step if elapsed + step <= c.connect_retry_s else None
         if kind == "status":
-            code = getattr(exc, "status_code", 0)
+            code = exc.status or 0
             if not (code == 429 or code >= 500):
                 return None
         elif kind == "other" or (kind == "timeout" and probe):
             return None
         return float(c.retry_backoff_s * 2**attempt * (0.5 + random.random()))
 
-    def _error(self, exc: Exception, kind: FailureKind, probe: bool) -> EndpointError:
+    def _error(self, exc: HTTPFailure, probe: bool) -> EndpointError:
         url = self.config.base_url
         hint = None
-        what = _describe(exc)
-        if kind == "unreachable":
+        what = exc.what
+        if exc.kind == "unreachable":
             hint = f"is a server running at {url}? start one with `astra-serve up`"
-        elif kind == "timeout" and probe:
+        elif exc.kind == "timeout" and probe:
             what = f"request timed out: no answer within {self.config.probe_timeout_s:g} s"
             hint = (
                 f"something accepts connections at {url} but does not answer: is the server "
                 "still starting, or is another program listening there?"
             )
-        code = getattr(exc, "status_code", None) if kind == "status" else None
-        return EndpointError(f"{url}: {what}", kind=kind, url=url, status_code=code, hint=hint)
+        return EndpointError(
+            f"{url}: {what}", kind=exc.kind, url=url, status_code=exc.status, hint=hint
+        )
 
     def _body(
         self,
@@ -438,35 +442,30 @@ class ChatModel(Model):
     ) -> ModelTurn:
         """One model call. With ``on_delta`` the reply is streamed: ``on_delta(kind, text)``
         gets each piece of ``reasoning`` and ``content`` as it arrives."""
-        from openai import AsyncStream
-        from openai.types.chat import ChatCompletion, ChatCompletionChunk
-
         model = await self.model_name()
         stream = on_delta is not None
         body = self._body(
             model, prepare_messages(messages, self.config.reasoning_field), tools, stream
         )
-        # The body is posted as built: `chat.completions.create` would first walk every
-        # message and tool schema through the SDK's typed-dict transform, which is a no-op for
-        # plain JSON but cost more CPU than the rest of a request (bench/bfcl_harness.py).
-        post = self._client.post
-        kwargs: dict[str, Any] = {"cast_to": ChatCompletion, "body": body, "stream": stream}
-        if stream:
-            kwargs["stream_cls"] = AsyncStream[ChatCompletionChunk]
         t0 = time.monotonic()
-        # A streamed reply may take long (its chunks keep the SDK's per-read timeout alive);
-        # a plain one must arrive within request_timeout_s in all, even one that trickles.
-        total = None if stream else self.config.request_timeout_s
-        r = await self._with_retries(
-            lambda: asyncio.wait_for(post("/chat/completions", **kwargs), total)
-        )
+        timeout = self.config.request_timeout_s
         try:
             if stream:
                 assert on_delta is not None
-                turn = await _collect_stream(r, on_delta)
+                # A streamed reply may take long: each read must come within the timeout.
+                events = await self._with_retries(
+                    lambda: _first_event(self._http.stream("/chat/completions", body, timeout))
+                )
+                turn = await _collect_stream(events, on_delta)
             else:
+                # A plain reply must arrive within request_timeout_s in all.
+                r = await self._with_retries(
+                    lambda: self._http.post("/chat/completions", body, timeout)
+                )
                 turn = _turn_of(r)
-        except (ValueError, TypeError, AttributeError) as exc:
+        except HTTPFailure as exc:  # mid-stream: what was shown cannot be taken back
+            raise self._error(exc, probe=False) from exc
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
             raise ServerError(
                 f"{self.config.base_url} returned a malformed chat completion "
                 f"({type(exc).__name__}: {str(exc)[:200]})"
@@ -475,7 +474,24 @@ class ChatModel(Model):
         return recover(turn) if self.config.recover_calls else turn
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._http.close()
+
+
+async def _first_event(events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """``events`` once its first event has arrived (so that a failure to connect or an HTTP
+    error is retried like a plain request's), with that event put back in front."""
+    try:
+        first = await anext(events)
+    except StopAsyncIteration:
+        first = None
+
+    async def again() -> AsyncIterator[Any]:
+        if first is not None:
+            yield first
+            async for event in events:
+                yield event
+
+    return again()
 
 
 def _text(value: Any) -> str:
@@ -488,7 +504,7 @@ def _text(value: Any) -> str:
 
 
 def _tokens(usage: Any, key: str) -> int:
-    value = getattr(usage, key, 0)
+    value = usage.get(key, 0) if isinstance(usage, dict) else 0
     return value if isinstance(value, int) and value >= 0 else 0
 
 
@@ -501,58 +517,79 @@ def _call_of(id_: Any, name: Any, arguments: Any) -> ToolCall:
     return ToolCall(id_ if isinstance(id_, str) and id_ else _new_id(), name, arguments or "{}")
 
 
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} is a {type(value).__name__}, not an object")
+    return value
+
+
+def _finish(choice: dict[str, Any]) -> str | None:
+    reason = choice.get("finish_reason")
+    return reason if isinstance(reason, str) else None
+
+
 def _turn_of(r: Any) -> ModelTurn:
-    """A non-streamed chat completion as a turn (TypeError/AttributeError: malformed)."""
-    if not r.choices or not isinstance(r.choices, list):
+    """A non-streamed chat completion (decoded JSON) as a turn (ValueError/TypeError:
+    malformed)."""
+    choices = _object(r, "the reply").get("choices")
+    if not choices or not isinstance(choices, list):
         raise ValueError("no choices")
-    choice = r.choices[0]
-    msg = choice.message
+    choice = _object(choices[0], "a choice")
+    msg = choice.get("message")
     if msg is None:
         raise ValueError("a choice without a message")
-    raw_calls = msg.tool_calls or []
+    msg = _object(msg, "a message")
+    raw_calls = msg.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise TypeError(f"tool_calls is a {type(raw_calls).__name__}")
     calls = [
-        _call_of(tc.id, tc.function.name, tc.function.arguments)
+        _call_of(tc.get("id"), tc["function"].get("name"), tc["function"].get("arguments"))
         for tc in raw_calls
-        if getattr(tc, "function", None) is not None
+        if isinstance(tc, dict) and isinstance(tc.get("function"), dict)
     ]
+    usage = r.get("usage")
     return ModelTurn(
-        content=_text(msg.content),
+        content=_text(msg.get("content")),
         reasoning=_reasoning_of(msg),
         tool_calls=calls,
-        finish_reason=choice.finish_reason,
-        prompt_tokens=_tokens(r.usage, "prompt_tokens"),
-        completion_tokens=_tokens(r.usage, "completion_tokens"),
+        finish_reason=_finish(choice),
+        prompt_tokens=_tokens(usage, "prompt_tokens"),
+        completion_tokens=_tokens(usage, "completion_tokens"),
     )
 
 
-async def _collect_stream(stream: Any, on_delta: DeltaHook) -> ModelTurn:
+async def _collect_stream(events: AsyncIterator[Any], on_delta: DeltaHook) -> ModelTurn:
+    """A streamed chat completion's events (decoded JSON chunks) as a turn."""
     turn = ModelTurn(content="", reasoning="", tool_calls=[], finish_reason=None)
     parts: dict[int, list[str]] = {}  # index → [id, name, arguments]
-    async for chunk in stream:
-        if getattr(chunk, "usage", None):
-            turn.prompt_tokens = _tokens(chunk.usage, "prompt_tokens")
-            turn.completion_tokens = _tokens(chunk.usage, "completion_tokens")
-        if not chunk.choices:
+    async for chunk in events:
+        chunk = _object(chunk, "a chunk")
+        if usage := chunk.get("usage"):
+            turn.prompt_tokens = _tokens(usage, "prompt_tokens")
+            turn.completion_tokens = _tokens(usage, "completion_tokens")
+        choices = chunk.get("choices")
+        if not choices or not isinstance(choices, list):
             continue
-        choice = chunk.choices[0]
-        delta = choice.delta
+        choice = _object(choices[0], "a choice")
+        delta = _object(choice.get("delta") or {}, "a delta")
         reasoning = _reasoning_of(delta)
         if reasoning:
             turn.reasoning += reasoning
             on_delta("reasoning", reasoning)
-        if delta.content:
-            text = _text(delta.content)
+        if delta.get("content"):
+            text = _text(delta["content"])
             turn.content += text
             on_delta("content", text)
-        for tc in delta.tool_calls or []:
-            slot = parts.setdefault(tc.index, ["", "", ""])
-            slot[0] = tc.id or slot[0]
-            if tc.function is not None:
-                slot[1] += tc.function.name or ""
-                slot[2] += tc.function.arguments or ""
-        turn.finish_reason = choice.finish_reason or turn.finish_reason
+        for tc in delta.get("tool_calls") or []:
+            tc = _object(tc, "a tool call delta")
+            index = tc.get("index", 0)
+            slot = parts.setdefault(index if isinstance(index, int) else 0, ["", "", ""])
+            slot[0] = tc.get("id") or slot[0]
+            function = tc.get("function")
+            if isinstance(function, dict):
+                slot[1] += function.get("name") or ""
+                slot[2] += function.get("arguments") or ""
+        turn.finish_reason = _finish(choice) or turn.finish_reason
     turn.tool_calls = [_call_of(*p) for _, p in sorted(parts.items())]
     return turn
 
@@ -574,49 +611,3 @@ def recover(turn: ModelTurn) -> ModelTurn:
         if turn.finish_reason == "stop":
             turn.finish_reason = "tool_calls"
     return turn
-
-
-def _root_cause(exc: BaseException) -> BaseException:
-    """The innermost exception behind ``exc``. The SDK's aiohttp transport maps a refused
-    connection and a dropped one to a connect *timeout*; the root tells them apart."""
-    seen, chain = exc, {id(exc)}
-    while (inner := seen.__cause__ or seen.__context__) is not None and id(inner) not in chain:
-        seen = inner
-        chain.add(id(inner))
-    return seen
-
-
-def failure_kind(exc: BaseException) -> FailureKind:
-    """How a call to the endpoint failed, from the exception's type and its root cause."""
-    import openai
-
-    if isinstance(exc, openai.APIStatusError):
-        return "status"
-    if isinstance(exc, TimeoutError):  # request_timeout_s over a whole request
-        return "timeout"
-    if not isinstance(exc, openai.APIConnectionError):
-        return "other"
-    root = _root_cause(exc)
-    if isinstance(root, TimeoutError) or (root is exc and isinstance(exc, openai.APITimeoutError)):
-        return "timeout"
-    if isinstance(root, ConnectionResetError | ConnectionAbortedError | BrokenPipeError):
-        return "dropped"
-    if isinstance(root, OSError) or root is exc:
-        return "unreachable"
-    return "dropped"
-
-
-def _describe(exc: Exception) -> str:
-    import openai
-
-    kind = failure_kind(exc)
-    if kind == "timeout":
-        return "request timed out"
-    if isinstance(exc, openai.APIStatusError):
-        return f"HTTP {exc.status_code}: {str(exc.message)[:300]}"
-    if kind in ("unreachable", "dropped"):
-        root = _root_cause(exc)
-        if kind == "unreachable":
-            return f"cannot connect ({root})"
-        return f"connection failed ({type(root).__name__}: {root})"
-    return str(exc)[:300]

@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
@@ -30,6 +28,7 @@ from astra_agent.function_env import FunctionEnvironment
 from astra_agent.mcp_config import parse_mcp_config
 from astra_agent.mcp_env import MCPEnvironment
 from astra_agent.model import ChatModel, ModelConfig, ToolCall
+from astra_agent.testing.scripted_server import in_subprocess
 
 FIXTURE = [sys.executable, "-m", "astra_agent.testing.mcp_fixture"]
 
@@ -76,41 +75,31 @@ async def episodes(n: int, concurrency: int, delay: float) -> None:
     """The scripted server runs in its own process, as a real endpoint would."""
     echo = ToolSpec("echo", "echo", {"type": "object", "properties": {"text": {"type": "string"}}})
     env = FunctionEnvironment([(echo, lambda text: text)])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = subprocess.Popen(
-        [sys.executable, "-m", "astra_agent.testing.scripted_server", "--port", str(port),
-         "--delay", str(delay)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert srv.stdout is not None and "scripted server" in srv.stdout.readline()
-    model = ChatModel(ModelConfig(base_url=f"http://127.0.0.1:{port}/v1", model="scripted"))
-    try:
+    with in_subprocess(delay_s=delay) as (url, _):
+        model = ChatModel(ModelConfig(base_url=url, model="scripted"))
+        try:
 
-        async def one() -> None:
-            traj = await run_episode(model, env, [{"role": "user", "content": "go"}])
-            assert traj.termination == "stop" and traj.steps == 2, traj.termination_detail
+            async def one() -> None:
+                traj = await run_episode(model, env, [{"role": "user", "content": "go"}])
+                assert traj.termination == "stop" and traj.steps == 2, traj.termination_detail
 
-        for _ in range(8):
-            await one()
-        t = time.perf_counter()
-        for _ in range(n // 8):
-            await one()
-        serial = (n // 8) / (time.perf_counter() - t)
-        sem = asyncio.Semaphore(concurrency)
-
-        async def limited() -> None:
-            async with sem:
+            for _ in range(8):
                 await one()
+            t = time.perf_counter()
+            for _ in range(n // 8):
+                await one()
+            serial = (n // 8) / (time.perf_counter() - t)
+            sem = asyncio.Semaphore(concurrency)
 
-        t = time.perf_counter()
-        await asyncio.gather(*(limited() for _ in range(n)))
-        conc = n / (time.perf_counter() - t)
-    finally:
-        await model.close()
-        srv.terminate()
-        srv.wait(10)
+            async def limited() -> None:
+                async with sem:
+                    await one()
+
+            t = time.perf_counter()
+            await asyncio.gather(*(limited() for _ in range(n)))
+            conc = n / (time.perf_counter() - t)
+        finally:
+            await model.close()
     print(
         f"episodes against the scripted server (2 model calls + 1 tool call each), {n} episodes,"
         f" {delay * 1000:.0f} ms model latency:"

@@ -18,8 +18,9 @@ each stage's wall time, the teacher's replies, and CPU: this process's ``time.pr
 (50 by default: 500 would take ≈5 min, ≈10 replies of ≈56 ms per trajectory), in the same run,
 after an untimed warm-up (imports, the BFCL decontamination index, connections; the index's
 build time is printed on its own). Also measured in the same run, to tell the pipeline from
-its HTTP client: the CPU per reply of ``ChatModel.complete`` alone (the stages' client, the
-OpenAI SDK on aiohttp) and of a bare ``aiohttp`` POST, 64 at a time, on a short prompt.
+its HTTP client: the CPU per reply of ``ChatModel.complete`` alone (the stages' client) and
+of a bare ``aiohttp`` POST, 64 at a time, on a short prompt (``bench/client.py`` measures the
+client on its own).
 
 Targets: 64 at a time ≥ 30× the one-at-a-time rate; the pipeline's own CPU < 10 ms per
 trajectory.
@@ -41,16 +42,14 @@ import itertools
 import os
 import pstats
 import random
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from astra_agent.testing.scripted_server import in_subprocess
 from training.synth.stage import StageStats
 from training.synth.tools.chains import ToolChain
 from training.synth.tools.interact import InteractConfig, synth_interact
@@ -157,33 +156,10 @@ def write_jsonl(path: Path, records: list[Any]) -> Path:
 # ------------------------------------------------------------------ the teacher's process
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def teacher_server(delay_s: float) -> Iterator[tuple[str, int]]:
+def teacher_server(delay_s: float) -> contextlib.AbstractContextManager[tuple[str, int]]:
     """The scripted teacher in its own process, ``delay_s`` per reply: (base URL, pid)."""
-    port = _free_port()
-    cmd = [sys.executable, "-m", "astra_agent.testing.scripted_server", "--port", str(port),
-           "--model", MODEL, "--script", "training.synth.scripted:script",
-           "--delay", str(delay_s)]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if "scripted server on" not in line:
-            raise RuntimeError(f"the scripted teacher did not start (said {line!r})")
-        yield f"http://127.0.0.1:{port}/v1", proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    script = "training.synth.scripted:script"
+    return in_subprocess(script, model=MODEL, delay_s=delay_s, cwd=str(REPO))
 
 
 def process_cpu(pid: int) -> float:
@@ -287,8 +263,8 @@ _PROMPT = [{"role": "user", "content": "[astra-synth:trajectory_judge.v1]\nCalls
 
 async def client_cost(url: str, calls: int, concurrency: int) -> tuple[float, float]:
     """The HTTP client alone, for comparison: CPU ms of this process per reply to a short
-    prompt (the same server and delay), through ``ChatModel.complete`` (the stages' client:
-    the OpenAI SDK on aiohttp) and through a bare ``aiohttp`` POST + ``json.loads`` (what the
+    prompt (the same server and delay), through ``ChatModel.complete`` (the stages' client)
+    and through a bare ``aiohttp`` POST + ``json.loads`` (what the
     transport itself costs)."""
     import json
 

@@ -9,13 +9,14 @@ returning a :class:`Reply` (or a list of replies served in order). Streaming is 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -265,6 +266,39 @@ def tool_then_answer(req: dict[str, Any]) -> Reply:
         return Reply(content=f"done: {str(last.get('content'))[:200]}")
     name = req["tools"][0]["function"]["name"]
     return Reply(reasoning="calling the tool", tool_calls=[(name, '{"text": "x"}')])
+
+
+@contextlib.contextmanager
+def in_subprocess(
+    script: str = f"{__name__}:tool_then_answer",
+    model: str = "scripted",
+    delay_s: float = 0.0,
+    cwd: str | None = None,
+) -> Iterator[tuple[str, int]]:
+    """The scripted server in a process of its own, as a real endpoint would be (the caller's
+    CPU then counts the client alone): ``(base URL, pid)`` while the block runs."""
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    cmd = [sys.executable, "-m", __name__, "--port", str(port), "--model", model,
+           "--script", script, "--delay", str(delay_s)]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if "scripted server on" not in line:
+            raise RuntimeError(f"the scripted server did not start (said {line!r})")
+        yield f"http://127.0.0.1:{port}/v1", proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def main() -> None:

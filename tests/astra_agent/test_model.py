@@ -233,3 +233,125 @@ async def test_a_model_failure_ends_the_episode_with_its_kind(exc: ServerError, 
     traj = await run_episode(ListPolicy([exc]), env(), HI)
     assert traj.termination == "model_error" and traj.model_failure == kind
     assert str(exc) in traj.termination_detail
+
+
+# ------------------------------------------------------------------ the wire
+
+
+async def _raw_server(response: bytes) -> tuple[asyncio.Server, str]:
+    """A server that reads a request and answers ``response`` (bytes, as is), then closes."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            (
+                int(h.split(b":")[1])
+                for h in head.split(b"\r\n")
+                if h.lower().startswith(b"content-length")
+            ),
+            0,
+        )
+        await reader.readexactly(length)
+        writer.write(response)
+        await writer.drain()
+        writer.close()
+
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return srv, f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/v1"
+
+
+def _sse(*events: bytes, length: int | None = None) -> bytes:
+    body = b"".join(b"data: " + e + b"\n\n" for e in events)
+    size = f"Content-Length: {length if length is not None else len(body)}\r\n".encode()
+    return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + size + b"\r\n" + body
+
+
+def _chunk(**delta: Any) -> bytes:
+    import json
+
+    return json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}).encode()
+
+
+async def _stream_from(response: bytes) -> tuple[ModelTurn | None, Exception | None, list[str]]:
+    srv, url = await _raw_server(response)
+    seen: list[str] = []
+    model = ChatModel(ModelConfig(base_url=url, model="m", max_retries=0, request_timeout_s=5))
+    try:
+        return await model.complete(HI, on_delta=lambda k, t: seen.append(t)), None, seen
+    except Exception as exc:  # returned for the test to look at
+        return None, exc, seen
+    finally:
+        await model.close()
+        srv.close()
+
+
+async def test_a_stream_cut_part_way_is_an_endpoint_error_with_what_was_shown() -> None:
+    first = _chunk(content="Hel")
+    turn, exc, seen = await _stream_from(_sse(first, length=len(first) + 500))  # never completed
+    assert turn is None and isinstance(exc, EndpointError), exc
+    assert exc.kind == "dropped" and "connection failed" in exc.message
+    assert seen == ["Hel"]
+
+
+async def test_an_error_event_in_a_stream_is_an_endpoint_error() -> None:
+    error = b'{"error": {"message": "EngineCore died", "code": 500}}'
+    _, exc, _ = await _stream_from(_sse(_chunk(content="a"), error))
+    assert isinstance(exc, EndpointError) and exc.kind == "other"
+    assert "EngineCore died" in exc.message
+
+
+async def test_a_stream_with_a_long_line_and_no_done_is_read_whole() -> None:
+    long = "x" * 300_000  # one event over aiohttp's line limit (64 KiB)
+    turn, exc, seen = await _stream_from(_sse(_chunk(reasoning=long), _chunk(content="ok")))
+    assert exc is None and turn is not None
+    assert (turn.reasoning, turn.content, seen) == (long, "ok", [long, "ok"])
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b"\xff\xfe not text", "not UTF-8"),
+        (b"", "the body is empty"),
+        (b"<html>proxy</html>", "not JSON"),
+    ],
+)
+async def test_a_body_that_is_not_json_is_not_a_valid_response(body: bytes, words: str) -> None:
+    head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    srv, url = await _raw_server(head + body)
+    model = ChatModel(ModelConfig(base_url=url, model="m", max_retries=0))
+    try:
+        with pytest.raises(EndpointError, match=f"not a valid response.*{words}") as err:
+            await model.complete(HI)
+    finally:
+        await model.close()
+        srv.close()
+    assert err.value.kind == "other"
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b'{"error": {"message": "prompt is too long"}}', "HTTP 400: prompt is too long"),
+        (b'{"error": "bad model"}', "HTTP 400: bad model"),
+        (b'{"detail": "nope"}', 'HTTP 400: {"detail": "nope"}'),
+        (b"plain words", "HTTP 400: plain words"),
+    ],
+)
+async def test_an_http_error_says_the_servers_message(body: bytes, said: str) -> None:
+    head = f"HTTP/1.1 400 Bad Request\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    srv, url = await _raw_server(head + body)
+    model = ChatModel(ModelConfig(base_url=url, model="m"))
+    try:
+        with pytest.raises(EndpointError) as err:
+            await model.complete(HI)
+    finally:
+        await model.close()
+        srv.close()
+    assert err.value.status_code == 400 and said in err.value.message
+
+
+async def test_a_closed_model_refuses_to_send() -> None:
+    model = ChatModel(ModelConfig(base_url="http://127.0.0.1:9/v1", model="m"))
+    await model.close()
+    with pytest.raises(EndpointError, match="closed"):
+        await model.complete(HI)

@@ -1,0 +1,198 @@
+"""The HTTP client of the model's endpoint: JSON over aiohttp, as lean as a bare POST.
+
+:class:`JSONClient` posts a body as built and decodes the reply with the standard library:
+no typed request or response models in between. The OpenAI SDK did that walk on every
+request and reply, and cost 1.1–3.6 ms of client CPU per reply where a bare aiohttp POST of
+the same body costs 0.3–0.5 ms (``bench/client.py``); it also built an SSL context for every
+client, plain-http ones included.
+
+One attempt either returns the decoded JSON or raises :class:`HTTPFailure`, whose ``kind``
+says how it failed — ``unreachable`` (refused, no route, no such host), ``timeout``,
+``dropped`` (closed mid-request), ``status`` (an HTTP error: ``status``), ``other`` — or
+:class:`NotJSON` for a reply that is not JSON. Retries are the caller's
+(:class:`~astra_agent.model.ChatModel` retries with backoff and its own messages).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+
+from astra_agent.trajectory import FailureKind
+
+_JSON = {"Content-Type": "application/json", "Accept": "application/json"}
+_MAX_ERROR_CHARS = 300
+
+
+class HTTPFailure(Exception):
+    """One request that failed: ``kind`` (see the module doc), ``what`` (one line) and the
+    HTTP ``status`` when the server answered with an error."""
+
+    def __init__(self, kind: FailureKind, what: str, status: int | None = None) -> None:
+        super().__init__(what)
+        self.kind: FailureKind = kind
+        self.what = what
+        self.status = status
+
+
+class NotJSON(ValueError):
+    """The endpoint answered (2xx) with a body that is not JSON text."""
+
+
+def error_message(raw: bytes) -> str:
+    """An error reply's text: the server's ``{"error": {"message": …}}`` (or ``"error": "…"``,
+    ``"message": "…"``), else the start of the body."""
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return text.strip()[:_MAX_ERROR_CHARS]
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        msg = err.get("message") if isinstance(err, dict) else err or obj.get("message")
+        if isinstance(msg, str) and msg:
+            return msg[:_MAX_ERROR_CHARS]
+    return text.strip()[:_MAX_ERROR_CHARS]
+
+
+def decode(raw: bytes) -> Any:
+    """A reply body as JSON; :class:`NotJSON` saying why it is not."""
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError as exc:
+        raise NotJSON("the body is not UTF-8 text") from exc
+    except ValueError as exc:
+        if not raw.strip():
+            raise NotJSON("the body is empty") from exc
+        raise NotJSON(f"the body is not JSON: {str(exc)[:200]}; it starts {raw[:80]!r}") from exc
+
+
+def failure_of(exc: BaseException) -> HTTPFailure:
+    """What a transport exception means (``TimeoutError`` is a request over its time)."""
+    if isinstance(exc, HTTPFailure):
+        return exc
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+        return HTTPFailure("timeout", "request timed out")
+    if isinstance(exc, aiohttp.ClientConnectorError):  # refused, no route, DNS (a subclass)
+        return HTTPFailure("unreachable", f"cannot connect ({exc.os_error or exc})")
+    if isinstance(
+        exc,
+        aiohttp.ServerDisconnectedError
+        | aiohttp.ClientPayloadError
+        | aiohttp.ClientOSError
+        | ConnectionError,
+    ):
+        return HTTPFailure("dropped", f"connection failed ({type(exc).__name__}: {exc})")
+    return HTTPFailure("other", f"{type(exc).__name__}: {str(exc)[:_MAX_ERROR_CHARS]}")
+
+
+_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+class JSONClient:
+    """JSON requests to ``base_url`` (``…/v1``) over one aiohttp session, opened on first use
+    in the running event loop; ``api_key`` goes as a bearer token. ``close`` is idempotent."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, max_connections: int = 0):
+        self.base_url = base_url.rstrip("/")
+        self._headers = dict(_JSON)
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._limit = max_connections  # 0: no limit (the caller bounds its concurrency)
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise HTTPFailure("other", "the client is closed")
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._limit),
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=None),  # each request says its own
+            )
+        return self._session
+
+    async def get(self, path: str, timeout_s: float) -> Any:
+        """GET ``path``; the decoded reply (:class:`HTTPFailure`, :class:`NotJSON`)."""
+        return await self._request("GET", path, None, timeout_s)
+
+    async def post(self, path: str, body: dict[str, Any], timeout_s: float) -> Any:
+        """POST ``body`` (JSON); the decoded reply, which must arrive within ``timeout_s`` in
+        all, even one that trickles (:class:`HTTPFailure`, :class:`NotJSON`)."""
+        return await self._request("POST", path, json.dumps(body).encode(), timeout_s)
+
+    async def _request(self, method: str, path: str, data: bytes | None, timeout_s: float) -> Any:
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self._open().request(method, self.base_url + path, data=data) as r:
+                    raw = await r.read()
+                    status = r.status
+        except _TRANSPORT_ERRORS as exc:
+            raise failure_of(exc) from exc
+        if status >= 400:
+            raise HTTPFailure("status", f"HTTP {status}: {error_message(raw)}", status)
+        return decode(raw)
+
+    async def stream(
+        self, path: str, body: dict[str, Any], read_timeout_s: float
+    ) -> AsyncIterator[Any]:
+        """POST ``body`` and yield the JSON events of the server-sent event stream it answers
+        with, up to ``data: [DONE]``; each read must come within ``read_timeout_s``. An error
+        before the first event is an :class:`HTTPFailure` like :meth:`post`'s; an event that
+        is ``{"error": …}`` is one of kind ``other``."""
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s
+        )
+        data = json.dumps(body).encode()
+        try:
+            async with self._open().post(self.base_url + path, data=data, timeout=timeout) as r:
+                if r.status >= 400:
+                    raw = await r.read()
+                    raise HTTPFailure("status", f"HTTP {r.status}: {error_message(raw)}", r.status)
+                buf = b""
+                async for piece in r.content.iter_any():
+                    buf += piece
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        event = _event(line)
+                        if event is _DONE:
+                            return
+                        if event is not None:
+                            yield event
+                if (event := _event(buf)) is not None and event is not _DONE:
+                    yield event
+        except _TRANSPORT_ERRORS as exc:
+            raise failure_of(exc) from exc
+
+    async def close(self) -> None:
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+
+_DONE = object()
+
+
+def _event(line: bytes) -> Any:
+    """One line of a server-sent event stream: its JSON data, ``_DONE``, or None (a comment,
+    a blank line, another field)."""
+    line = line.strip()
+    if not line.startswith(b"data:"):
+        return None
+    data = line[5:].strip()
+    if data == b"[DONE]":
+        return _DONE
+    event = decode(data)
+    if isinstance(event, dict) and event.get("error") is not None:
+        raise HTTPFailure("other", f"the stream reported an error: {error_message(data)}")
+    return event
