@@ -196,6 +196,10 @@ def test_bfcl_questions_are_found_when_copied() -> None:
         ("Please have the FileSearch find my notes", "fileSearch"),
         ("Check get_weather_v2 output", None),  # another identifier
         ("Ask srv/get_weather about Oslo", "get_weather"),  # the pool id
+        ("Call GET_WEATHER for Oslo", "get_weather"),  # case is ignored
+        ("Use `\u017fearch` to find flights", "search"),  # long s: an s to re.IGNORECASE
+        ("Ask the \u0130\u0131le tool", None),
+        ("Use `search` in Zürich", "search"),  # other non-ASCII text around a name
     ],
 )
 def test_named_tool(question: str, named: str | None) -> None:
@@ -205,6 +209,23 @@ def test_named_tool(question: str, named: str | None) -> None:
         ToolRecord(id="srv/fileSearch", server="srv", name="fileSearch"),
     ]
     assert named_tool(question, tools) == named
+
+
+def test_the_characters_that_fold_to_ascii_letters_are_all_known() -> None:
+    """named_tool skips a name that cannot be in the question by a plain substring test; the
+    test is exact only if it knows every character re.IGNORECASE matches to an ASCII letter
+    (and no other character lowercases to one)."""
+    import re
+
+    from training.synth.tools.tasks import _FOLDS_TO_ASCII
+
+    letter = re.compile("[a-z]", re.IGNORECASE)
+    found = {chr(i) for i in range(128, 0x110000) if letter.match(chr(i))}
+    assert found == _FOLDS_TO_ASCII
+    lowers_to_ascii = [
+        c for c in map(chr, range(128, 0x110000)) if any(ch.isascii() for ch in c.lower())
+    ]
+    assert set(lowers_to_ascii) <= found
 
 
 # ------------------------------------------------------------------ a world of chains

@@ -323,11 +323,22 @@ def bfcl_index(threshold: float, size: int) -> NearDuplicates:
 _IDENTIFIER = re.compile(r"[_.\-/0-9]|[a-z][A-Z]")
 
 
+# The characters other than ASCII letters that ``re.IGNORECASE`` matches to an ASCII letter
+# (İ ı ſ K, found by trying every code point; tests/training/test_synth_stage.py checks it).
+_FOLDS_TO_ASCII = frozenset("\u0130\u0131\u017f\u212a")
+
+
 def named_tool(question: str, tools: Sequence[ToolRecord]) -> str | None:
     """The first tool of ``tools`` the question names (see the module), or None."""
+    # Both patterns of a name need the name itself in the question: where it cannot be there
+    # (an ASCII name, and none of the few other characters that match an ASCII letter when
+    # case is ignored), its patterns are neither compiled nor run.
+    lowered = None if _FOLDS_TO_ASCII.intersection(question) else question.lower()
     for tool in tools:
         for name in dict.fromkeys((tool.name, tool.id)):
             if not name.strip():
+                continue
+            if lowered is not None and name.isascii() and name.lower() not in lowered:
                 continue
             word, used = _name_patterns(name)
             if word is not None and word.search(question):
