@@ -69,6 +69,7 @@ bench: setup
 	$(VENV)/bin/python bench/sft.py
 	$(VENV)/bin/python bench/report.py
 	$(VENV)/bin/python bench/synth.py
+	$(VENV)/bin/python bench/client.py
 
 clean:
 	rm -rf $(VENV) $(SERVE) $(BFCL) .mcp-servers .pytest_cache
