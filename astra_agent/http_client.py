@@ -26,6 +26,8 @@ from astra_agent.trajectory import FailureKind
 
 _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 _MAX_ERROR_CHARS = 300
+MAX_BODY_BYTES = 256 * 2**20  # a reply, or one streamed event: far above any chat completion
+_MIB = MAX_BODY_BYTES // 2**20
 
 
 class HTTPFailure(Exception):
@@ -134,7 +136,7 @@ class JSONClient:
         try:
             async with asyncio.timeout(timeout_s):
                 async with self._open().request(method, self.base_url + path, data=data) as r:
-                    raw = await r.read()
+                    raw = await _read_bounded(r)
                     status = r.status
         except _TRANSPORT_ERRORS as exc:
             raise failure_of(exc) from exc
@@ -156,19 +158,27 @@ class JSONClient:
         try:
             async with self._open().post(self.base_url + path, data=data, timeout=timeout) as r:
                 if r.status >= 400:
-                    raw = await r.read()
+                    raw = await _read_bounded(r)
                     raise HTTPFailure("status", f"HTTP {r.status}: {error_message(raw)}", r.status)
-                buf = b""
+                pending: list[bytes] = []  # the line so far, joined once (no quadratic copying)
+                size = 0
                 async for piece in r.content.iter_any():
-                    buf += piece
-                    *lines, buf = buf.split(b"\n")
-                    for line in lines:
+                    start = 0
+                    while (nl := piece.find(b"\n", start)) != -1:
+                        pending.append(piece[start:nl])
+                        line, pending, size = b"".join(pending), [], 0
+                        start = nl + 1
                         event = _event(line)
                         if event is _DONE:
                             return
                         if event is not None:
                             yield event
-                if (event := _event(buf)) is not None and event is not _DONE:
+                    if start < len(piece):
+                        pending.append(piece[start:])
+                        size += len(piece) - start
+                        if size > MAX_BODY_BYTES:
+                            raise HTTPFailure("other", f"an event over {_MIB} MiB")
+                if (event := _event(b"".join(pending))) is not None and event is not _DONE:
                     yield event
         except _TRANSPORT_ERRORS as exc:
             raise failure_of(exc) from exc
@@ -181,6 +191,20 @@ class JSONClient:
 
 
 _DONE = object()
+
+
+async def _read_bounded(r: aiohttp.ClientResponse) -> bytes:
+    """The whole body, or :class:`HTTPFailure` once it passes ``MAX_BODY_BYTES``."""
+    if (r.content_length or 0) > MAX_BODY_BYTES:
+        raise HTTPFailure("other", f"a reply of {r.content_length:,} bytes (over {_MIB} MiB)")
+    parts: list[bytes] = []
+    size = 0
+    async for piece in r.content.iter_any():
+        size += len(piece)
+        if size > MAX_BODY_BYTES:
+            raise HTTPFailure("other", f"a reply over {_MIB} MiB")
+        parts.append(piece)
+    return b"".join(parts)
 
 
 def _event(line: bytes) -> Any:

@@ -355,3 +355,25 @@ async def test_a_closed_model_refuses_to_send() -> None:
     await model.close()
     with pytest.raises(EndpointError, match="closed"):
         await model.complete(HI)
+
+
+async def test_a_reply_claiming_to_be_huge_is_refused_before_it_is_read() -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 300000000\r\n\r\n{"
+    srv, url = await _raw_server(head)
+    model = ChatModel(ModelConfig(base_url=url, model="m", max_retries=0))
+    try:
+        with pytest.raises(EndpointError, match="300,000,000 bytes") as err:
+            await model.complete(HI)
+    finally:
+        await model.close()
+        srv.close()
+    assert err.value.kind == "other"
+
+
+async def test_a_streamed_event_over_the_bound_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from astra_agent import http_client
+
+    monkeypatch.setattr(http_client, "MAX_BODY_BYTES", 100_000)
+    turn, exc, _ = await _stream_from(_sse(_chunk(content="x" * 200_000)))
+    assert turn is None and isinstance(exc, EndpointError) and exc.kind == "other", exc
+    assert "an event over" in exc.message
