@@ -27,7 +27,6 @@ from astra_agent.trajectory import FailureKind
 _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 _MAX_ERROR_CHARS = 300
 MAX_BODY_BYTES = 256 * 2**20  # a reply, or one streamed event: far above any chat completion
-_MIB = MAX_BODY_BYTES // 2**20
 
 
 class HTTPFailure(Exception):
@@ -75,8 +74,6 @@ def decode(raw: bytes) -> Any:
 
 def failure_of(exc: BaseException) -> HTTPFailure:
     """What a transport exception means (``TimeoutError`` is a request over its time)."""
-    if isinstance(exc, HTTPFailure):
-        return exc
     if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
         return HTTPFailure("timeout", "request timed out")
     if isinstance(exc, aiohttp.ClientConnectorError):  # refused, no route, DNS (a subclass)
@@ -177,7 +174,9 @@ class JSONClient:
                         pending.append(piece[start:])
                         size += len(piece) - start
                         if size > MAX_BODY_BYTES:
-                            raise HTTPFailure("other", f"an event over {_MIB} MiB")
+                            raise HTTPFailure(
+                                "other", f"an event over {MAX_BODY_BYTES // 2**20} MiB"
+                            )
                 if (event := _event(b"".join(pending))) is not None and event is not _DONE:
                     yield event
         except _TRANSPORT_ERRORS as exc:
@@ -196,13 +195,15 @@ _DONE = object()
 async def _read_bounded(r: aiohttp.ClientResponse) -> bytes:
     """The whole body, or :class:`HTTPFailure` once it passes ``MAX_BODY_BYTES``."""
     if (r.content_length or 0) > MAX_BODY_BYTES:
-        raise HTTPFailure("other", f"a reply of {r.content_length:,} bytes (over {_MIB} MiB)")
+        raise HTTPFailure(
+            "other", f"a reply of {r.content_length:,} bytes (over {MAX_BODY_BYTES // 2**20} MiB)"
+        )
     parts: list[bytes] = []
     size = 0
     async for piece in r.content.iter_any():
         size += len(piece)
         if size > MAX_BODY_BYTES:
-            raise HTTPFailure("other", f"a reply over {_MIB} MiB")
+            raise HTTPFailure("other", f"a reply over {MAX_BODY_BYTES // 2**20} MiB")
         parts.append(piece)
     return b"".join(parts)
 
