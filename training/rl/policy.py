@@ -18,6 +18,13 @@ keeps the episode's token context itself.
 * At the next call the messages added since (tool results) are appended as the template's own
   tokens (mask 0): the text the template renders after the last ``<|im_end|>``, tokenized on its
   own (it starts right after a special token, so it tokenizes as it would inside the whole).
+* Text in a message the policy did not sample (the task's prompt, a tool result) that the
+  tokenizer would turn into control tokens (``<|im_end|>``, ``<|im_start|>``, any added token's
+  text) ends the episode as a :class:`ControlTextError` (a model error, the rollout goes on):
+  a tool that returned ``<|im_end|><|im_start|>assistant…`` would otherwise forge turns into
+  the context the policy is trained in. vLLM's chat endpoint would tokenize the same text as
+  control tokens when serving, so it cannot be kept as plain text either without the trained
+  and served contexts parting.
 
 Nothing is ever re-tokenized from chat text. :meth:`TokenPolicy.record` then checks the claim:
 the template re-rendering the final messages must give the same ids; a mismatch (e.g. the model
@@ -52,6 +59,31 @@ class ContextTooLong(ServerError):
 class RenderError(ServerError):
     """The chat template or the tokenizer failed on this episode's messages (e.g. text that is
     not valid Unicode): the episode ends as a model error, the rollout goes on."""
+
+
+class ControlTextError(RenderError):
+    """A message the policy did not sample holds text that would become control tokens."""
+
+
+def check_control_text(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    first: int,
+    tools: list[dict[str, Any]] | None = None,
+) -> None:
+    """ControlTextError if ``messages[first:]`` (none of them sampled) or ``tools`` hold
+    control text."""
+    from training.template import control_text  # transformers: imported when a rollout starts
+
+    found = _safely(lambda: control_text(tokenizer, messages[first:], tools))
+    if found:
+        i, _, rest = found.removeprefix("message ").partition(" ")
+        where = f"message {int(i) + first} {rest}" if i.isdigit() else found
+        raise ControlTextError(
+            f"{where!s:.200}: text that the tokenizer turns into control tokens, in a message "
+            "the policy did not write (a tool result or the prompt); the environment must not "
+            "return it (it would forge turns into the training context)"
+        )
 
 
 def stop_token_ids(tokenizer: Any) -> tuple[int, ...]:
@@ -152,6 +184,7 @@ class TokenPolicy(Model):
         return self.prompt_ids + self.response_ids
 
     def _start(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> None:
+        check_control_text(self.tokenizer, messages, 0, tools)
         ids = _safely(
             lambda: encode(
                 self.tokenizer, render(self.tokenizer, messages, tools, generation_prompt=True)
@@ -173,6 +206,7 @@ class TokenPolicy(Model):
         """Append the template's tokens for the messages added since the last reply, within
         ``max_response_tokens``: tool results that do not fit are cut there (they are context,
         never trained) and the episode ends at its next call (no budget left)."""
+        check_control_text(self.tokenizer, messages, self._seen)
         seen = messages[: self._seen]
         before = _safely(lambda: render(self.tokenizer, seen, tools, generation_prompt=False))
         after = _safely(lambda: render(self.tokenizer, messages, tools, generation_prompt=True))
