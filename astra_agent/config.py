@@ -106,6 +106,17 @@ def expanded_size(data: Any, limit: int = MAX_CONFIG_VALUES) -> int:
     return size(data)
 
 
+def _one_line(exc: BaseException) -> str:
+    """A parser's error on one line: YAML's own spans several (the problem, where it was found,
+    a caret under a copy of the line); this keeps the position and the problem."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}"
+        context = f" ({exc.context})" if exc.context else ""
+        return f"{where}: {exc.problem}{context}"
+    return " ".join(str(exc).split())[:500]
+
+
 def read_mapping(path: str | Path) -> dict[str, Any]:
     """Read a YAML or JSON file that must hold a mapping (of a bounded expanded size)."""
     p = Path(path)
@@ -115,7 +126,8 @@ def read_mapping(path: str | Path) -> dict[str, Any]:
         expanded_size(data)
     except (ValueError, RecursionError, yaml.YAMLError) as exc:
         # ValueError: JSONDecodeError, and integers of over 4,300 digits; RecursionError: nesting
-        raise ConfigError(f"{p} is not valid {p.suffix.lstrip('.') or 'YAML'}: {exc}") from exc
+        kind = p.suffix.lstrip(".") or "YAML"
+        raise ConfigError(f"{p} is not valid {kind}: {_one_line(exc)}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):

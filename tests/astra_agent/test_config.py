@@ -113,3 +113,22 @@ def test_check_writable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="afile is not a directory"):
         check_writable(tmp_path / "afile" / "out", "DST", kind="dir")
     assert list(tmp_path.iterdir()) == [tmp_path / "afile"]  # nothing created by checking
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("model: 5\nlr: [1,2\n", "line 3, column 1: expected ',' or ']'"),
+        ("a: 1\n\tb: 2\n", "line 2, column 1: found character '\\t'"),
+        ("a: 1\n  b: 2\n", "line 2, column 4: mapping values are not allowed here"),
+        ("a: 'unclosed\n", "line 2, column 1: found unexpected end of stream"),
+    ],
+)
+def test_a_yaml_error_is_one_line_with_its_position(tmp_path: Path, text: str, needle: str) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        read_mapping(p)
+    message = str(err.value)
+    assert "\n" not in message and "<unicode string>" not in message, message
+    assert message.startswith(f"{p} is not valid yaml: ") and needle in message, message
