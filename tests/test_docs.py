@@ -2,7 +2,8 @@
 
 Per page: every relative link resolves (a file, and a ``#heading`` of it if one is named);
 every repository path written as code (`` `training/sft/trl.py` ``) exists; and every command
-in a shell block that can be checked without running it is checked against the code:
+in a shell block, or written as code in the text, that can be checked without running it is
+checked against the code:
 
 - ``astra-agent|astra-serve|astra-eval|astra-train …``: the subcommands exist and every option
   is one that subcommand's ``--help`` lists (the installed entry points, run with this
@@ -159,6 +160,24 @@ def shell_commands(page: Page) -> Iterator[tuple[int, list[str]]]:
                 yield block.line + offset, words
 
 
+def inline_commands(page: Page) -> Iterator[tuple[int, list[str]]]:
+    """Code spans in the text that are a command of ours (`` `astra-serve tiny OUT [--seed N]` ``,
+    `` `astra-agent run --save` ``), as words."""
+    for lineno, line in page.prose:
+        for _, span in CODE_SPAN.findall(line):
+            try:
+                words = shlex.split(span)
+            except ValueError:
+                words = span.split()
+            if words and program(words) is not None:
+                yield lineno, words
+
+
+def commands(page: Page) -> Iterator[tuple[int, list[str]]]:
+    yield from shell_commands(page)
+    yield from inline_commands(page)
+
+
 @dataclass
 class Help:
     ok: bool
@@ -289,7 +308,7 @@ def option_words(words: list[str]) -> Iterator[str]:
 
 def command_problems(page: Page, helps: HelpCache) -> Iterator[str]:
     makefile = (REPO / "Makefile").read_text()
-    for lineno, words in shell_commands(page):
+    for lineno, words in commands(page):
         where = f"{page.path.name}:{lineno}: `{' '.join(words)}`"
         if Path(words[0]).name == "make":
             for target in (w for w in words[1:] if not w.startswith("-") and "=" not in w):
@@ -321,7 +340,7 @@ def prefetch(pages: Iterable[Page], helps: HelpCache) -> None:
     after it (a word that is no subcommand costs one wasted call)."""
     wanted = []
     for page in pages:
-        for _, words in shell_commands(page):
+        for _, words in commands(page):
             found = program(words)
             if found is None:
                 continue
@@ -442,6 +461,8 @@ def test_shell_blocks_split_into_commands(tmp_path: Path) -> None:
 def test_commands_checked_against_help(tmp_path: Path, helps: HelpCache) -> None:
     page = _page(
         tmp_path,
+        "Build one with `astra-serve tiny OUT [--sede N]`, save with `astra-agent run --save`,\n"
+        "not with `pip install --foo` (not ours).\n"
         "```bash\n"
         "astra-serve up --model m --profile astra-14b --dry-run --no-dry-run -k K\n"
         ".venv/bin/astra-serve up --model m --modle m2 [--portt 8000]\n"
@@ -462,4 +483,5 @@ def test_commands_checked_against_help(tmp_path: Path, helps: HelpCache) -> None
         "`astra-eval bfcl parity` has no option --concurrency",
         "`python -m training.replay` has no option --seeed",
         "the Makefile has no target 'no-such-target'",
+        "`astra-serve tiny` has no option --sede",
     ]
