@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 BIN = Path(sys.executable).parent
 CLIS = ("astra-agent", "astra-serve", "astra-eval", "astra-train")
 PACKAGES = ("astra_agent", "serving", "eval", "training")
@@ -41,7 +41,13 @@ REPO_PATH = re.compile(
     r"(?:\./)?(?:astra_agent|serving|eval|training|tests|bench|examples|scripts|docs)/[\w./-]*"
 )
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
-LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+# Link targets: inline (`[text](target "title")`, images too), reference definitions
+# (`[ref]: target`) and HTML attributes (`<img src="target">`).
+LINK = re.compile(
+    r"!?\[[^\]]*\]\(<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\)"
+    r"|^\s{0,3}\[[^\]]+\]:\s*<?([^\s>]+)"
+    r"|\b(?:src|href)=\"([^\"]+)\""
+)
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 # Rows of a help text that name options: rich's panels (`│ --out -o <path>`; `│ *  --config`
@@ -113,7 +119,8 @@ def anchors(page: Page) -> set[str]:
 
 def link_problems(page: Page) -> Iterator[str]:
     for lineno, line in page.prose:
-        for target in LINK.findall(CODE_SPAN.sub("", line)):
+        for groups in LINK.findall(CODE_SPAN.sub("", line)):
+            target = next(g for g in groups if g)
             if re.match(r"[a-z][\w+.-]*:", target):  # https:, mailto:, …
                 continue
             where = f"{page.path.name}:{lineno}: link {target}"
@@ -148,8 +155,12 @@ def shell_commands(page: Page) -> Iterator[tuple[int, list[str]]]:
         for offset, line in enumerate(block.text.replace("\\\n", " ").splitlines(), 1):
             lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
             lexer.whitespace_split = True  # words whole; only ;&|()<> split them
+            try:
+                tokens = list(lexer)
+            except ValueError:  # an unbalanced quote: still check what the words say
+                tokens = line.split("#")[0].split()
             words: list[str] = []
-            for token in lexer:
+            for token in tokens:
                 if token and set(token) <= set("&|;()<>"):
                     if words:
                         yield block.line + offset, words
@@ -421,6 +432,25 @@ def test_links_broken_and_whole(tmp_path: Path) -> None:
     assert "page.md has no heading #absent" in problems[3]
 
 
+def test_reference_and_html_links(tmp_path: Path) -> None:
+    (tmp_path / "there.png").write_bytes(b"")
+    page = _page(
+        tmp_path,
+        "# T\n\nSee [the page][ref] and [other][ref2].\n\n[ref]: there.png\n[ref2]: <missing.md>\n"
+        '<img src="there.png"> <a href="gone/page.md">x</a> <a href="https://example.org">y</a>\n',
+    )
+    problems = list(link_problems(page))
+    assert len(problems) == 2, problems
+    assert "missing.md does not exist" in problems[0]
+    assert "gone/page.md does not exist" in problems[1]
+
+
+def test_unclosed_fence_is_named(tmp_path: Path) -> None:
+    message = "page.md:3: a fenced block is never closed"
+    with pytest.raises(AssertionError, match=re.escape(message)):
+        _page(tmp_path, "# T\n\n```bash\nastra-serve up\n")
+
+
 def test_repeated_headings_get_numbered_anchors(tmp_path: Path) -> None:
     page = _page(tmp_path, "# A\n## Results\n## Results\n```\n# Results\n```\n")
     assert anchors(page) == {"a", "results", "results-1"}
@@ -448,6 +478,7 @@ def test_shell_blocks_split_into_commands(tmp_path: Path) -> None:
         "X=1 astra-serve up --model m &   # it's a comment\n"
         "astra-eval arenas validate a.jsonl && astra-eval arenas validate b.jsonl\n"
         "astra-train data sft in.jsonl --out d \\\n    [--min-reward 0.8]\n"
+        "astra-agent run \"it's open --save r.jsonl\n"
         "```\n```python\nastra-serve up --nope\n```\n",
     )
     assert [w for _, w in shell_commands(page)] == [
@@ -455,6 +486,7 @@ def test_shell_blocks_split_into_commands(tmp_path: Path) -> None:
         ["astra-eval", "arenas", "validate", "a.jsonl"],
         ["astra-eval", "arenas", "validate", "b.jsonl"],
         ["astra-train", "data", "sft", "in.jsonl", "--out", "d", "[--min-reward", "0.8]"],
+        ["astra-agent", "run", "\"it's", "open", "--save", "r.jsonl"],
     ]
 
 
