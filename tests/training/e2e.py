@@ -110,7 +110,7 @@ class SFTRun:
 
 def run_sft(root: Path, train_results: Path) -> SFTRun:
     """``astra-serve tiny --random`` → ``astra-train data sft`` → ``astra-train sft`` (the
-    README's Retrain commands) into ``root``."""
+    Retrain commands of docs/training.md) into ``root``."""
     stages = Stages()
     random, data, run = root / "random-fp32", root / "sft-data", root / "sft-run"
     with stages.run("build random tiny"):

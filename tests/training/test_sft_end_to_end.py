@@ -97,7 +97,7 @@ def untrained(random_tiny: Path, work: Path, stages: Stages) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def trained(sft_tiny: SFTRun, work: Path, stages: Stages) -> dict[str, Any]:
-    """The three commands of the README's "Retrain": data sft → sft (→ final-bf16) → serve
+    """The three commands of docs/training.md's "Retrain": data sft → sft (→ final-bf16) → serve
     (the first two in the session's shared SFT run, ``sft_tiny``)."""
     run = sft_tiny.run
     assert (run / "final-bf16" / "config.json").is_file(), sft_tiny.stdout
