@@ -1,4 +1,15 @@
-"""``astra-agent``: run ASTRA (or any OpenAI-compatible model) against live MCP servers."""
+"""``astra-agent``: run ASTRA (or any OpenAI-compatible model) against live MCP servers.
+
+Commands: ``run`` (one task: the answer on stdout, a summary on stderr, ``--save`` appends the
+trajectory to a JSONL), ``tools`` (what the configured servers offer) and ``chat``
+(interactive, :mod:`astra_agent.chat`). The config is the ``mcpServers`` file other MCP clients
+use, with optional ``model``/``limits``/``system``/``toolTimeout`` sections; the shared
+endpoint flags are in :mod:`astra_agent.options`.
+
+This module only parses flags and prints: the work is in :mod:`astra_agent.agent`, callable
+from Python without the CLI. The entry point is ``app`` (``astra-agent``, ``python -m
+astra_agent``).
+"""
 
 from __future__ import annotations
 
