@@ -20,19 +20,13 @@ from astra_agent.agent import (
     open_environment,
     run_task,
     task_messages,
+    warn_on_stderr,
 )
 from astra_agent.errors import ConfigError
-from astra_agent.testing.scripted_server import Reply, ScriptedServer
+from astra_agent.testing.scripted_server import ScriptedServer
+from tests.astra_agent.test_cli import FIXTURE, echo_then_answer
 
-FIXTURE = {"command": sys.executable, "args": ["-m", "astra_agent.testing.mcp_fixture"]}
 PACKAGE = Path(astra_agent.__file__).parent
-
-
-def echo_then_answer(req: dict[str, Any]) -> Reply:
-    last = req["messages"][-1]
-    if last["role"] == "tool":
-        return Reply(reasoning="got it", content=f"final: {last['content']}")
-    return Reply(reasoning="I should echo", tool_calls=[("echo", json.dumps({"text": "ping"}))])
 
 
 @pytest.fixture
@@ -61,7 +55,7 @@ async def test_run_task_from_python(server: ScriptedServer, tmp_path: Path) -> N
     traj = await run_task(
         cfg,
         mcp,
-        "say ping",
+        "say ping — 東京 ✓",
         on_turn=turns.append,
         on_result=lambda call, result: results.append((call.name, result.text)),
         warn=warnings.append,
@@ -70,7 +64,7 @@ async def test_run_task_from_python(server: ScriptedServer, tmp_path: Path) -> N
     assert traj.model == "scripted" and traj.steps == 2
     assert traj.messages[:2] == [
         {"role": "system", "content": "Be terse."},
-        {"role": "user", "content": "say ping"},
+        {"role": "user", "content": "say ping — 東京 ✓"},
     ]
     assert [t.tool_calls[0].name for t in turns if t.tool_calls] == ["echo"]
     assert results == [("echo", "ping")] and warnings == []
@@ -124,6 +118,13 @@ async def test_a_server_that_fails_is_passed_to_warn(tmp_path: Path) -> None:
     finally:
         await env.close()
     assert len(warnings) == 1 and warnings[0].startswith("MCP server 'broken' is unavailable: ")
+
+
+def test_warnings_on_stderr_are_literal_text(capsys: pytest.CaptureFixture[str]) -> None:
+    """A server's name or words may hold brackets: printed as they are, not as rich markup."""
+    warn_on_stderr("MCP server '[bold]x[/]' is unavailable: café [red]boom")
+    err = capsys.readouterr().err
+    assert err.strip() == "warning: MCP server '[bold]x[/]' is unavailable: café [red]boom"
 
 
 def _imported_modules(path: Path) -> set[str]:
