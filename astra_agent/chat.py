@@ -1,23 +1,25 @@
-"""The interactive ``astra-agent chat`` loop: streaming output, compact tool calls."""
+"""The interactive ``astra-agent chat`` loop: streaming output, compact tool calls.
+
+One conversation is one :class:`~astra_agent.trajectory.Trajectory` that each line typed
+extends (:func:`~astra_agent.episode.run_episode` with ``trajectory=``); the servers and the
+config come from :mod:`astra_agent.agent`, as for ``astra-agent run``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.markup import escape
 
+from astra_agent.agent import AgentConfig, open_environment, task_messages
 from astra_agent.console import console, err_console
 from astra_agent.episode import run_episode
 from astra_agent.mcp_config import MCPConfig
+from astra_agent.mcp_env import MCPEnvironment
 from astra_agent.model import ChatModel
 from astra_agent.trajectory import Trajectory, append_jsonl
-
-if TYPE_CHECKING:
-    from astra_agent.cli import AgentConfig
-    from astra_agent.mcp_env import MCPEnvironment
 
 HELP = "commands: /reasoning (show/hide thinking), /reset (new conversation), /exit"
 
@@ -57,10 +59,11 @@ async def chat_loop(
     mcp: MCPConfig,
     save: Path | None,
     show_reasoning: bool,
-    open_env: Callable[[MCPConfig, AgentConfig], Awaitable[MCPEnvironment]],
 ) -> None:
+    """Chat until /exit or end of input; with ``save``, each conversation is appended there
+    when it ends (/reset, /exit, an error)."""
     async with ChatModel(cfg.model) as model:  # checks the endpoint; closes it in any case
-        env = await open_env(mcp, cfg)
+        env = await open_environment(mcp, cfg)
         try:
             await _converse(model, env, cfg, save, _Printer(show_reasoning))
         finally:
@@ -77,7 +80,6 @@ async def _converse(
     n_tools = len(await env.list_tools())
     name = model.name
     err_console.print(f"chatting with {name} ({n_tools} tools). {HELP}")
-    system = [{"role": "system", "content": cfg.system}] if cfg.system else []
     traj: Trajectory | None = None
     try:
         while True:
@@ -100,9 +102,8 @@ async def _converse(
                 traj = None
                 err_console.print("new conversation")
                 continue
-            msgs = [{"role": "user", "content": text}]
-            if traj is None:
-                msgs = system + msgs
+            # A new conversation opens with the system prompt; a running one takes the line.
+            msgs = task_messages(cfg, text) if traj is None else [{"role": "user", "content": text}]
             traj = await run_episode(
                 model,
                 env,

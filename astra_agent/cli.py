@@ -1,4 +1,15 @@
-"""``astra-agent``: run ASTRA (or any OpenAI-compatible model) against live MCP servers."""
+"""``astra-agent``: run ASTRA (or any OpenAI-compatible model) against live MCP servers.
+
+Commands: ``run`` (one task: the answer on stdout, a summary on stderr, ``--save`` appends the
+trajectory to a JSONL), ``tools`` (what the configured servers offer) and ``chat``
+(interactive, :mod:`astra_agent.chat`). The config is the ``mcpServers`` file other MCP clients
+use, with optional ``model``/``limits``/``system``/``toolTimeout`` sections; the shared
+endpoint flags are in :mod:`astra_agent.options`.
+
+This module only parses flags and prints: the work is in :mod:`astra_agent.agent`, callable
+from Python without the CLI. The entry point is ``app`` (``astra-agent``, ``python -m
+astra_agent``).
+"""
 
 from __future__ import annotations
 
@@ -9,17 +20,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field
 from rich.markup import escape
 from rich.table import Table
 
-from astra_agent.config import check_writable, load_config, read_mapping, unknown_keys
+from astra_agent.agent import AgentConfig, load_agent_config, open_environment, run_task
+from astra_agent.chat import chat_loop
+from astra_agent.config import check_writable
 from astra_agent.console import cli_errors, console, err_console
-from astra_agent.episode import EpisodeLimits, run_episode
+from astra_agent.environment import ToolResult
+from astra_agent.episode import ResultHook, TurnHook
 from astra_agent.errors import ConfigError
-from astra_agent.mcp_config import MCPConfig, parse_mcp_config
-from astra_agent.mcp_env import DEFAULT_TOOL_TIMEOUT_S, MCPEnvironment
-from astra_agent.model import ChatModel, ModelConfig
+from astra_agent.mcp_config import MCPConfig
+from astra_agent.model import ModelTurn, ToolCall
 from astra_agent.options import (
     ApiKeyOpt,
     BaseUrlOpt,
@@ -30,6 +42,8 @@ from astra_agent.options import (
 )
 from astra_agent.trajectory import Trajectory, append_jsonl
 
+__all__ = ["app", "summary_table"]
+
 app = typer.Typer(
     name="astra-agent",
     help="Run ASTRA against live MCP servers (your `mcpServers` config).\n\n"
@@ -38,27 +52,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-
-class AgentConfig(BaseModel):
-    """The agent's config file: `mcpServers` as other MCP clients write it, plus optional
-    `model`, `limits`, `system` and `toolTimeout` sections."""
-
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    limits: EpisodeLimits = Field(default_factory=EpisodeLimits)
-    system: str | None = None
-    strict: bool = False
-    tool_timeout_s: float = Field(DEFAULT_TOOL_TIMEOUT_S, gt=0, alias="toolTimeout")
-
-
-# Keys that other MCP clients keep beside their servers, in the files users point us at:
-# Claude Desktop (claude_desktop_config.json: globalShortcut, preferences, theme, telemetry),
-# VS Code (.vscode/mcp.json: servers, inputs), and a JSON schema reference. Read without a
-# warning; every other unknown top-level key is named (a typo would otherwise pass silently).
-OTHER_CLIENTS_KEYS = frozenset(
-    {"$schema", "globalShortcut", "inputs", "preferences", "servers", "telemetry", "theme"}
-)
 
 ConfigOpt = Annotated[
     Path | None,
@@ -77,41 +70,27 @@ StrictOpt = Annotated[bool, typer.Option(help="Fail if any MCP server fails to s
 common_callback(app, "astra-agent")
 
 
-def _warn_unknown_keys(raw: dict[str, Any], source: Path) -> None:
-    allowed = OTHER_CLIENTS_KEYS | {"mcpServers"}
-    for message in unknown_keys(raw, AgentConfig, allowed=allowed):
-        err_console.print(f"[yellow]warning:[/] {escape(message)} in {escape(str(source))}")
-
-
-def _load(
+def _configure(
+    save: Path | None,
     config: Path | None,
-    model_flags: dict[str, Any],
+    flags: dict[str, Any],
     max_steps: int | None,
     tool_timeout: float | None,
     system: str | None,
     strict: bool,
 ) -> tuple[AgentConfig, MCPConfig]:
-    raw = read_mapping(config) if config else {}
-    if config:
-        _warn_unknown_keys(raw, config)
-    overrides: dict[str, Any] = {
-        "model": model_flags,
-        "limits": {"max_steps": max_steps} if max_steps is not None else {},
-        "system": system,
-        "toolTimeout": tool_timeout,
-        "strict": strict or None,
-    }
-    cfg = load_config(AgentConfig, config, overrides, env_prefix="ASTRA_AGENT_")
-    mcp = parse_mcp_config(raw, source=str(config)) if config and raw else MCPConfig()
-    # The episode's own guard sits above every server's timeout, so the server's wording wins.
-    timeouts = [s.timeout for s in mcp.servers.values() if s.timeout] + [cfg.tool_timeout_s]
-    cfg.limits = cfg.limits.model_copy(update={"tool_timeout_s": max(timeouts) + 5})
-    return cfg, mcp
-
-
-def _messages(cfg: AgentConfig, task: str) -> list[dict[str, Any]]:
-    msgs = [{"role": "system", "content": cfg.system}] if cfg.system else []
-    return [*msgs, {"role": "user", "content": task}]
+    """``run``'s and ``chat``'s configuration, after checking that ``--save`` can be written
+    (now, not after the episode: its trajectory would be lost)."""
+    if save:
+        check_writable(save, "--save")
+    return load_agent_config(
+        config,
+        model=flags,
+        max_steps=max_steps,
+        tool_timeout=tool_timeout,
+        system=system,
+        strict=strict,
+    )
 
 
 def summary_table(traj: Trajectory) -> Table:
@@ -135,47 +114,20 @@ def summary_table(traj: Trajectory) -> Table:
     return t
 
 
-async def _open_env(mcp: MCPConfig, cfg: AgentConfig) -> MCPEnvironment:
-    env = MCPEnvironment(mcp, tool_timeout_s=cfg.tool_timeout_s, strict=cfg.strict)
-    await env.start()
-    for name, why in env.failures.items():
-        err_console.print(
-            f"[yellow]warning:[/] MCP server {name!r} is unavailable: {escape(why.splitlines()[0])}"
-        )
-    return env
+def _printers(show_reasoning: bool) -> tuple[TurnHook, ResultHook]:
+    """``run``'s compact view of the episode on stderr: calls, results, reasoning if asked."""
 
+    def on_turn(turn: ModelTurn) -> None:
+        if show_reasoning and turn.reasoning:
+            err_console.print(f"[dim]{escape(turn.reasoning)}[/]")
+        for c in turn.tool_calls:
+            err_console.print(f"[cyan]→ {escape(c.name)}[/]({escape(c.arguments[:200])})")
 
-async def _run(cfg: AgentConfig, mcp: MCPConfig, task: str, show_reasoning: bool) -> Trajectory:
-    model = ChatModel(cfg.model)
-    try:
-        name = await model.check_model()
-        env = await _open_env(mcp, cfg)
-        try:
+    def on_result(call: ToolCall, result: ToolResult) -> None:
+        style = "red" if result.is_error else "green"
+        err_console.print(f"[{style}]← {escape(result.text[:200])}[/]")
 
-            def on_turn(turn: Any) -> None:
-                if show_reasoning and turn.reasoning:
-                    err_console.print(f"[dim]{escape(turn.reasoning)}[/]")
-                for c in turn.tool_calls:
-                    err_console.print(f"[cyan]→ {escape(c.name)}[/]({escape(c.arguments[:200])})")
-
-            def on_result(call: Any, result: Any) -> None:
-                style = "red" if result.is_error else "green"
-                err_console.print(f"[{style}]← {escape(result.text[:200])}[/]")
-
-            traj = await run_episode(
-                model,
-                env,
-                _messages(cfg, task),
-                limits=cfg.limits,
-                on_turn=on_turn,
-                on_result=on_result,
-            )
-            traj.model = name
-            return traj
-        finally:
-            await env.close()
-    finally:
-        await model.close()
+    return on_turn, on_result
 
 
 @app.command()
@@ -199,11 +151,10 @@ def run(
 
     Example: astra-agent run "What time is it in Tokyo?" --config mcp.json --save runs.jsonl
     """
-    if save:
-        check_writable(save, "--save")  # now, not after the episode: its trajectory would be lost
     flags = model_overrides(base_url, model, api_key, temperature)
-    cfg, mcp = _load(config, flags, max_steps, tool_timeout, system, strict)
-    traj = asyncio.run(_run(cfg, mcp, task, show_reasoning))
+    cfg, mcp = _configure(save, config, flags, max_steps, tool_timeout, system, strict)
+    on_turn, on_result = _printers(show_reasoning)
+    traj = asyncio.run(run_task(cfg, mcp, task, on_turn=on_turn, on_result=on_result))
     if save:
         append_jsonl(save, traj)
     if as_json:
@@ -229,10 +180,10 @@ def tools(
     """
     if config is None:
         raise ConfigError("no MCP config given", hint="pass --config mcp.json")
-    cfg, mcp = _load(config, {}, None, tool_timeout, None, strict)
+    cfg, mcp = load_agent_config(config, tool_timeout=tool_timeout, strict=strict)
 
     async def go() -> tuple[list[Any], dict[str, tuple[str, str]]]:
-        env = await _open_env(mcp, cfg)
+        env = await open_environment(mcp, cfg)
         try:
             return await env.list_tools(), env.routes()
         finally:
@@ -268,10 +219,6 @@ def chat(
 
     Commands: /reasoning (toggle), /reset, /exit. Example: astra-agent chat -c mcp.json
     """
-    from astra_agent.chat import chat_loop
-
-    if save:
-        check_writable(save, "--save")
     flags = model_overrides(base_url, model, api_key, temperature)
-    cfg, mcp = _load(config, flags, max_steps, tool_timeout, system, strict)
-    asyncio.run(chat_loop(cfg, mcp, save, show_reasoning, _open_env))
+    cfg, mcp = _configure(save, config, flags, max_steps, tool_timeout, system, strict)
+    asyncio.run(chat_loop(cfg, mcp, save, show_reasoning))

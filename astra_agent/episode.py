@@ -1,5 +1,16 @@
 """The one episode loop: model ↔ environment until the model stops calling tools or a limit.
 
+Start here to see what every user of the project runs: the agent CLI
+(:mod:`astra_agent.agent`), BFCL and the arenas (``eval/``), RL rollouts and data synthesis
+(``training/``) all call :func:`run_episode` with a :class:`~astra_agent.model.Model`, an
+:class:`~astra_agent.environment.Environment` and the opening messages::
+
+    async with ChatModel(ModelConfig(base_url=URL)) as model, FunctionEnvironment(tools) as env:
+        traj = await run_episode(model, env, [{"role": "user", "content": "..."}])
+
+The result is a :class:`~astra_agent.trajectory.Trajectory`; :class:`EpisodeLimits` bound the
+steps, tokens, time and tool output.
+
 Every failure of a call — invalid JSON arguments, an unknown tool, arguments that fail the
 tool's schema, a tool error, a timeout — becomes a tool result the model can read; the episode
 goes on and the event is counted. Parallel calls run concurrently; results go back in call

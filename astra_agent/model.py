@@ -1,51 +1,79 @@
 """The model client: any OpenAI-compatible chat endpoint, with Qwen3's contract handled.
 
-* reasoning is read from ``reasoning`` (newer vLLM) or ``reasoning_content``;
-* the current tool loop's reasoning is sent back; earlier turns' reasoning is dropped, as
-  Qwen3's chat template does. vLLM 0.32 reads an assistant message's ``reasoning`` (and hands
-  it to the template as both ``reasoning`` and ``reasoning_content``) but ignores
-  ``reasoning_content`` in requests, while older servers read ``reasoning_content``: by default
-  both are sent (``reasoning_field``);
-* ``<tool_call>{…}</tool_call>`` blocks that the server's parser left in ``content`` or in the
-  reasoning are recovered as calls (a malformed one becomes a call whose arguments fail to
-  parse, so the model is told) and counted, never silently lost;
+Start here for models: :class:`Model` is what the episode loop needs of one (a protocol:
+``complete(messages, tools) -> ModelTurn``); :class:`ChatModel` implements it for an HTTP
+endpoint configured by :class:`ModelConfig` (vLLM's, or any OpenAI-compatible one), and the
+token-level policy of RL rollouts (``training/rl/policy.py``) implements the same protocol.
+What a reply becomes — :class:`~astra_agent.reply.ModelTurn`, the pure parsing and the Qwen3
+rules — is in :mod:`astra_agent.reply`; the HTTP is in :mod:`astra_agent.http_client`; this
+module joins them, with the retries and the error messages. ChatModel:
+
+* reads reasoning from ``reasoning`` (newer vLLM) or ``reasoning_content``;
+* sends the current tool loop's reasoning back and drops earlier turns', as Qwen3's chat
+  template does. vLLM 0.32 reads an assistant message's ``reasoning`` (and hands it to the
+  template as both ``reasoning`` and ``reasoning_content``) but ignores ``reasoning_content``
+  in requests, while older servers read ``reasoning_content``: by default both are sent
+  (``reasoning_field``);
+* recovers ``<tool_call>{…}</tool_call>`` blocks that the server's parser left in ``content``
+  or in the reasoning as calls (a malformed one becomes a call whose arguments fail to parse,
+  so the model is told) and counts them, never silently losing one (``recover_calls``);
 * retries with exponential backoff on 429, 5xx and dropped connections; a refused connection
   is retried for about a second, then reported with what to do; the start-up check
   (``check_model``, also run by ``async with``) has a short timeout of its own, so that a port
   that accepts connections but never answers fails in seconds, not after ``request_timeout_s``
   times the retries. Failures are :class:`EndpointError` with a ``kind`` to branch on; a
   streamed reply that fails part-way is one too, not retried (its pieces were shown);
-* the body is posted as built and the reply read as plain JSON
+* posts the body as built and reads the reply as plain JSON
   (:class:`~astra_agent.http_client.JSONClient`, aiohttp): no SDK models in between, a third
   of the client CPU per reply (``bench/client.py``).
-
-:class:`Model` is what the episode loop needs of a model; :class:`ChatModel` implements it for
-an HTTP endpoint, and a token-level policy (RL rollouts) implements the same protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
-import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from astra_agent.errors import ConfigError, ServerError
 from astra_agent.http_client import HTTPFailure, JSONClient, NotJSON
+from astra_agent.reply import (
+    DeltaHook,
+    ModelTurn,
+    ToolCall,
+    collect_stream,
+    prepare_messages,
+    reasoning_field,
+    recover,
+    recover_tool_calls,
+    turn_of,
+)
 from astra_agent.trajectory import FailureKind
+
+# Imported from here by the rest of the project: the reply's types and the Qwen3 contract live
+# in astra_agent.reply, the client of the endpoint here.
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "ChatModel",
+    "DeltaHook",
+    "EndpointError",
+    "Model",
+    "ModelConfig",
+    "ModelTurn",
+    "ToolCall",
+    "prepare_messages",
+    "reasoning_field",
+    "recover",
+    "recover_tool_calls",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
-TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 
 
 class ModelConfig(BaseModel):
@@ -106,45 +134,6 @@ class ModelConfig(BaseModel):
         }
 
 
-@dataclass
-class ToolCall:
-    id: str
-    name: str
-    arguments: str  # raw JSON text, as the model wrote it
-    recovered: bool = False
-
-    def to_message(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
-
-
-@dataclass
-class ModelTurn:
-    content: str
-    reasoning: str
-    tool_calls: list[ToolCall]
-    finish_reason: str | None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    recovered: int = 0
-    latency_s: float = 0.0
-    raw: dict[str, Any] = field(default_factory=dict)
-
-    def to_message(self) -> dict[str, Any]:
-        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self.reasoning:
-            msg["reasoning_content"] = self.reasoning
-        if self.tool_calls:
-            msg["tool_calls"] = [c.to_message() for c in self.tool_calls]
-        return msg
-
-
-DeltaHook = Callable[[str, str], None]
-
-
 @runtime_checkable
 class Model(Protocol):
     """What :func:`~astra_agent.episode.run_episode` needs of a model, and all it uses.
@@ -199,81 +188,6 @@ class EndpointError(ServerError):
         self.kind: FailureKind = kind
         self.url = url
         self.status_code = status_code
-
-
-def _new_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
-def recover_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
-    """Pull ``<tool_call>`` blocks out of ``text``; return the rest and the calls found.
-
-    A block that is not JSON with a name still becomes a call (name ``?`` if unknown, the raw
-    text as arguments), so the episode loop reports it to the model instead of dropping it.
-    """
-    if "<tool_call>" not in text:
-        return text, []
-    calls: list[ToolCall] = []
-    for m in TOOL_CALL_BLOCK.finditer(text):
-        body = m.group(1).strip()
-        try:
-            obj = json.loads(body)
-            name = obj["name"]
-            args = obj.get("arguments", obj.get("parameters", {}))
-            if not isinstance(name, str):
-                raise TypeError("name is not a string")
-            arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
-            found = re.search(r'"name"\s*:\s*"([^"]+)"', body)
-            name, arguments = (found.group(1) if found else "?"), body
-        calls.append(ToolCall(_new_id(), name, arguments, recovered=True))
-    rest = TOOL_CALL_BLOCK.sub("", text).strip()
-    return rest, calls
-
-
-def reasoning_field(obj: Any) -> tuple[str, str | None]:
-    """The reasoning of a message or delta (a decoded JSON object, or an OpenAI SDK object)
-    and the field it came in: ``reasoning`` (newer vLLM) or ``reasoning_content``; ("", None)
-    if there is none."""
-    if isinstance(obj, dict):
-        found = {k: obj.get(k) for k in ("reasoning", "reasoning_content")}
-    else:
-        extra = getattr(obj, "model_extra", None) or {}
-        found = {
-            k: getattr(obj, k, None) or extra.get(k) for k in ("reasoning", "reasoning_content")
-        }
-    for key, value in found.items():
-        if value:
-            if not isinstance(value, str):
-                raise TypeError(f"{key} is a {type(value).__name__}")
-            return value, key
-    return "", None
-
-
-def _reasoning_of(obj: Any) -> str:
-    return reasoning_field(obj)[0]
-
-
-def prepare_messages(
-    messages: list[dict[str, Any]], reasoning_field: str = "both"
-) -> list[dict[str, Any]]:
-    """What is sent: reasoning kept only after the last user message (the current tool loop),
-    under ``reasoning`` and/or ``reasoning_content``."""
-    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    out = []
-    for i, m in enumerate(messages):
-        m = dict(m)
-        if m.get("role") == "assistant":
-            reasoning = m.pop("reasoning_content", None) or m.pop("reasoning", None)
-            m.pop("reasoning", None)
-            if reasoning and i > last_user:
-                for key in ("reasoning", "reasoning_content"):
-                    if reasoning_field in ("both", key):
-                        m[key] = reasoning
-            if m.get("content") is None:
-                m["content"] = ""
-        out.append(m)
-    return out
 
 
 class ChatModel(Model):
@@ -456,13 +370,13 @@ class ChatModel(Model):
                 events = await self._with_retries(
                     lambda: _first_event(self._http.stream("/chat/completions", body, timeout))
                 )
-                turn = await _collect_stream(events, on_delta)
+                turn = await collect_stream(events, on_delta)
             else:
                 # A plain reply must arrive within request_timeout_s in all.
                 r = await self._with_retries(
                     lambda: self._http.post("/chat/completions", body, timeout)
                 )
-                turn = _turn_of(r)
+                turn = turn_of(r)
         except HTTPFailure as exc:  # mid-stream: what was shown cannot be taken back
             raise self._error(exc, probe=False) from exc
         except (ValueError, TypeError, AttributeError, KeyError) as exc:
@@ -492,122 +406,3 @@ async def _first_event(events: AsyncIterator[Any]) -> AsyncIterator[Any]:
                 yield event
 
     return again()
-
-
-def _text(value: Any) -> str:
-    """A message's text field: a string, None, or (from some servers) a list of text parts."""
-    if value is None or isinstance(value, str):
-        return value or ""
-    if isinstance(value, list):
-        return "".join(p.get("text") or "" if isinstance(p, dict) else str(p) for p in value)
-    raise TypeError(f"a text field is a {type(value).__name__}")
-
-
-def _tokens(usage: Any, key: str) -> int:
-    value = usage.get(key, 0) if isinstance(usage, dict) else 0
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
-def _call_of(id_: Any, name: Any, arguments: Any) -> ToolCall:
-    """A tool call as received; a name or arguments of another type than text become text
-    (the loop then reports them to the model), never an exception."""
-    if not isinstance(arguments, str):
-        arguments = "{}" if arguments is None else json.dumps(arguments, ensure_ascii=False)
-    name = name if isinstance(name, str) else ("" if name is None else str(name))
-    return ToolCall(id_ if isinstance(id_, str) and id_ else _new_id(), name, arguments or "{}")
-
-
-def _object(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise TypeError(f"{what} is a {type(value).__name__}, not an object")
-    return value
-
-
-def _finish(choice: dict[str, Any]) -> str | None:
-    reason = choice.get("finish_reason")
-    return reason if isinstance(reason, str) else None
-
-
-def _turn_of(r: Any) -> ModelTurn:
-    """A non-streamed chat completion (decoded JSON) as a turn (ValueError/TypeError:
-    malformed)."""
-    choices = _object(r, "the reply").get("choices")
-    if not choices or not isinstance(choices, list):
-        raise ValueError("no choices")
-    choice = _object(choices[0], "a choice")
-    msg = choice.get("message")
-    if msg is None:
-        raise ValueError("a choice without a message")
-    msg = _object(msg, "a message")
-    raw_calls = msg.get("tool_calls") or []
-    if not isinstance(raw_calls, list):
-        raise TypeError(f"tool_calls is a {type(raw_calls).__name__}")
-    calls = [
-        _call_of(tc.get("id"), tc["function"].get("name"), tc["function"].get("arguments"))
-        for tc in raw_calls
-        if isinstance(tc, dict) and isinstance(tc.get("function"), dict)
-    ]
-    usage = r.get("usage")
-    return ModelTurn(
-        content=_text(msg.get("content")),
-        reasoning=_reasoning_of(msg),
-        tool_calls=calls,
-        finish_reason=_finish(choice),
-        prompt_tokens=_tokens(usage, "prompt_tokens"),
-        completion_tokens=_tokens(usage, "completion_tokens"),
-    )
-
-
-async def _collect_stream(events: AsyncIterator[Any], on_delta: DeltaHook) -> ModelTurn:
-    """A streamed chat completion's events (decoded JSON chunks) as a turn."""
-    turn = ModelTurn(content="", reasoning="", tool_calls=[], finish_reason=None)
-    parts: dict[int, list[str]] = {}  # index → [id, name, arguments]
-    async for chunk in events:
-        chunk = _object(chunk, "a chunk")
-        if usage := chunk.get("usage"):
-            turn.prompt_tokens = _tokens(usage, "prompt_tokens")
-            turn.completion_tokens = _tokens(usage, "completion_tokens")
-        choices = chunk.get("choices")
-        if not choices or not isinstance(choices, list):
-            continue
-        choice = _object(choices[0], "a choice")
-        delta = _object(choice.get("delta") or {}, "a delta")
-        reasoning = _reasoning_of(delta)
-        if reasoning:
-            turn.reasoning += reasoning
-            on_delta("reasoning", reasoning)
-        if delta.get("content"):
-            text = _text(delta["content"])
-            turn.content += text
-            on_delta("content", text)
-        for tc in delta.get("tool_calls") or []:
-            tc = _object(tc, "a tool call delta")
-            index = tc.get("index", 0)
-            slot = parts.setdefault(index if isinstance(index, int) else 0, ["", "", ""])
-            slot[0] = tc.get("id") or slot[0]
-            function = tc.get("function")
-            if isinstance(function, dict):
-                slot[1] += function.get("name") or ""
-                slot[2] += function.get("arguments") or ""
-        turn.finish_reason = _finish(choice) or turn.finish_reason
-    turn.tool_calls = [_call_of(*p) for _, p in sorted(parts.items())]
-    return turn
-
-
-def recover(turn: ModelTurn) -> ModelTurn:
-    """Recover calls the server's parsers missed, from content first, then from reasoning."""
-    if turn.tool_calls:
-        return turn
-    content, calls = recover_tool_calls(turn.content)
-    if calls:
-        turn.content = content
-    else:
-        reasoning, calls = recover_tool_calls(turn.reasoning)
-        if calls:
-            turn.reasoning = reasoning.replace("</think>", "").strip()
-    if calls:
-        log.info("recovered %d tool call(s) the server's parser left in text", len(calls))
-        turn.tool_calls, turn.recovered = calls, len(calls)
-        if turn.finish_reason == "stop":
-            turn.finish_reason = "tool_calls"
-    return turn

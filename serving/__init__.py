@@ -1,4 +1,13 @@
-"""Serving ASTRA: tiny checkpoints, fp32 → bf16 conversion, the vLLM launcher, endpoint checks."""
+"""Serving ASTRA: tiny checkpoints, fp32 → bf16 conversion, the vLLM launcher, endpoint checks.
+
+Where to start: :mod:`serving.cli` (``astra-serve``: ``tiny``, ``convert``, ``up``, ``check``,
+``profiles``, ``demo``) calls one module per job — :mod:`serving.tiny` (a tiny Qwen3
+checkpoint built locally), :mod:`serving.convert` (verl's float32 → bf16, streamed through
+:mod:`serving.safetensors_io`; :mod:`serving.checkpoint` finds and validates checkpoints),
+:mod:`serving.server` (vLLM launched from its own virtualenv and supervised; the profiles in
+``serving/profiles/``), :mod:`serving.endpoint_check` (tool calls and reasoning come back as
+fields) and :mod:`serving.demo` (all of it end to end). It imports ``astra_agent`` only.
+"""
 
 from serving.convert import ConvertResult, convert_checkpoint
 from serving.endpoint_check import CheckReport, check_endpoint

@@ -1,4 +1,11 @@
-"""``astra-serve``: tiny checkpoints, fp32 → bf16 conversion, the vLLM server, endpoint checks."""
+"""``astra-serve``: tiny checkpoints, fp32 → bf16 conversion, the vLLM server, endpoint checks.
+
+Commands, in the order a user runs them: ``tiny`` (build a tiny checkpoint), ``convert``
+(float32 → bf16), ``up`` (start vLLM with ASTRA's parsers; ``profiles`` lists the shipped
+settings), ``check`` (probe any OpenAI-compatible endpoint), ``demo`` (all of it, then
+``astra-agent run``). Each command parses flags and shows progress; the work is in the module
+the :mod:`serving` package docstring names for it.
+"""
 
 from __future__ import annotations
 
