@@ -9,10 +9,38 @@ checkpoint built locally), :mod:`serving.convert` (verl's float32 → bf16, stre
 fields) and :mod:`serving.demo` (all of it end to end). It imports ``astra_agent`` only.
 """
 
-from serving.convert import ConvertResult, convert_checkpoint
-from serving.endpoint_check import CheckReport, check_endpoint
-from serving.server import ServeConfig, VLLMServer, load_serve_config
-from serving.tiny import Script, TinySpec, build_tiny_checkpoint
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Loaded on first use: `serving.convert` and `serving.tiny` import torch (about 3 s), which
+# `astra-serve up`, `check` and `--help` never need.
+_EXPORTS = {
+    "ConvertResult": "serving.convert",
+    "convert_checkpoint": "serving.convert",
+    "CheckReport": "serving.endpoint_check",
+    "check_endpoint": "serving.endpoint_check",
+    "ServeConfig": "serving.server",
+    "VLLMServer": "serving.server",
+    "load_serve_config": "serving.server",
+    "Script": "serving.tiny",
+    "TinySpec": "serving.tiny",
+    "build_tiny_checkpoint": "serving.tiny",
+}
+
+if TYPE_CHECKING:
+    from serving.convert import ConvertResult, convert_checkpoint
+    from serving.endpoint_check import CheckReport, check_endpoint
+    from serving.server import ServeConfig, VLLMServer, load_serve_config
+    from serving.tiny import Script, TinySpec, build_tiny_checkpoint
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+
 
 __all__ = [
     "CheckReport",
