@@ -206,15 +206,28 @@ def load_config(
     except ValidationError as exc:
         where = f" in {path}" if path is not None else ""
         from_env = _env_names(model, env, env_prefix)
+        given = set(_leaf_paths(overrides or {}))
         lines = []
         for err in exc.errors():
             loc = ".".join(str(p) for p in err["loc"])
             var = next(
                 (v for k, v in from_env.items() if loc == k or loc.startswith(k + ".")), None
             )
-            source = f" (from ${var})" if var else ""
+            flag = any(loc == k or loc.startswith(k + ".") for k in given)
+            source = " (from the command line)" if flag else f" (from ${var})" if var else ""
             lines.append(f"  {loc or '<root>'}: {err['msg']}{source}")
         raise ConfigError(f"invalid configuration{where}:\n" + "\n".join(lines)) from exc
+
+
+def _leaf_paths(data: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The dotted paths of the values in ``data`` (sections walked into)."""
+    out = []
+    for k, v in data.items():
+        if v is None:
+            continue
+        path = f"{prefix}{k}"
+        out.extend(_leaf_paths(v, path + ".") if isinstance(v, Mapping) and v else [path])
+    return out
 
 
 def _env_names(model: type[BaseModel], environ: Mapping[str, str], prefix: str) -> dict[str, str]:

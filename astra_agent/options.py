@@ -8,17 +8,26 @@ Each option defaults to ``None`` so that the one place that holds a default is t
 
 # No `from __future__ import annotations` here: typer evaluates string annotations in the
 # module's globals, where common_callback's closure (the CLI's name) is not visible.
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
-from typing import Annotated, Any
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import typer
+import yaml
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from astra_agent.console import console, setup_logging
+from astra_agent.errors import ConfigError
 from astra_agent.model import DEFAULT_BASE_URL, ModelConfig
 
 BASE_URL_ENV = ["ASTRA_BASE_URL", "OPENAI_BASE_URL"]
 MODEL_ENV = "ASTRA_MODEL"
 API_KEY_ENV = ["ASTRA_API_KEY", "OPENAI_API_KEY"]
+R = TypeVar("R")
 
 
 def _default(field: str) -> Any:
@@ -120,3 +129,118 @@ def common_callback(app: typer.Typer, name: str) -> None:
         ] = False,
     ) -> None:
         setup_logging(verbose)
+
+
+# Options from a config model: each flag is the model's field, declared once (type, default,
+# description); `--set section.key=value` reaches every other key, nested sections included.
+
+SET_HELP = (
+    "Any key of the config as KEY=VALUE, dotted for a section (e.g. --set verl.device=cpu); "
+    "VALUE is read as YAML (1e-5, true, \\[a, b]). Repeatable; the flags above win over it."
+)
+
+
+def parse_set(items: Sequence[str] | None) -> dict[str, Any]:
+    """``["a.b=1", "c=x"]`` → ``{"a": {"b": 1}, "c": "x"}`` (values read as YAML scalars,
+    lists or mappings); a malformed item is a ConfigError naming it."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, eq, text = item.partition("=")
+        path = key.strip().split(".")
+        if not eq or not all(p.strip() for p in path):
+            raise ConfigError(
+                f"--set {item!r:.200}: expected KEY=VALUE", hint="e.g. --set verl.device=cpu"
+            )
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as exc:
+            reason = " ".join(str(getattr(exc, "problem", None) or exc).split())
+            raise ConfigError(f"--set {item!r:.200}: the value is not YAML ({reason})") from None
+        node = out
+        for part in path[:-1]:
+            nxt = node.setdefault(part.strip(), {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"--set {item!r:.200}: {part.strip()} is set to a value above")
+            node = nxt
+        node[path[-1].strip()] = value
+    return out
+
+
+def _flag_type(name: str, annotation: Any) -> Any:
+    """The option's type for a field: its annotation without ``None`` (lists stay lists)."""
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) in (Union, UnionType):
+        if len(args) != 1:
+            raise TypeError(f"config flag {name}: a union of {args} has no single option type")
+        return _flag_type(name, args[0])
+    return annotation
+
+
+def _flag_help(info: FieldInfo, help_text: str | None) -> str:
+    text = help_text or info.description or ""
+    text = text[:1].upper() + text[1:]
+    default = info.get_default(call_default_factory=True)
+    if info.is_required() or default is None or default == []:
+        return text
+    shown = str(default).lower() if isinstance(default, bool) else default
+    return f"{text} (default {shown})" if text else f"Default {shown}."
+
+
+def config_flags(
+    model: type[BaseModel],
+    fields: Sequence[str],
+    *,
+    flags: Mapping[str, str] | None = None,
+    helps: Mapping[str, str] | None = None,
+) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Give a typer command one option per field of ``model`` named in ``fields`` (its type,
+    default and description are the model's), and ``--set KEY=VALUE``. The command itself
+    takes ``overrides``: what was given, as the mapping ``load_config`` takes.
+
+    ``flags`` renames a field's option (``train_files`` → ``train_file``, as a repeatable flag
+    reads); ``helps`` replaces a description that reads badly as help.
+    """
+    flags, helps = dict(flags or {}), dict(helps or {})
+
+    def decorate(fn: Callable[..., R]) -> Callable[..., R]:
+        own = inspect.signature(fn, eval_str=True)
+        kept = [p for p in own.parameters.values() if p.name != "overrides"]
+        generated = []
+        for name in fields:
+            info = model.model_fields[name]
+            flag = flags.get(name, name)
+            kind = _flag_type(name, info.annotation)
+            option = typer.Option(help=_flag_help(info, helps.get(name)), show_default=False)
+            generated.append(
+                inspect.Parameter(
+                    flag,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=None,
+                    annotation=Annotated[kind | None, option],
+                )
+            )
+        set_option = typer.Option("--set", help=SET_HELP, metavar="KEY=VALUE", show_default=False)
+        generated.append(
+            inspect.Parameter(
+                "set_",
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None,
+                annotation=Annotated[list[str] | None, set_option],
+            )
+        )
+
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> R:
+            overrides = parse_set(kwargs.pop("set_"))
+            for name in fields:
+                value = kwargs.pop(flags.get(name, name))
+                if value is not None and value != []:
+                    overrides[name] = value
+            return fn(**kwargs, overrides=overrides)
+
+        params = kept + generated
+        command.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return decorate

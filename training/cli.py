@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from astra_agent.config import load_config
 from astra_agent.console import cli_errors, console, err_console
-from astra_agent.options import common_callback
+from astra_agent.options import common_callback, config_flags
 from training.data_cli import data_app
 from training.synth.cli import synth_app
 
@@ -131,59 +131,45 @@ def _progress() -> Iterator[Any]:
             bar.stop()
 
 
-def _overrides(**values: Any) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if v is not None and v != []}
+ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Recipe (YAML or JSON).")]
+SFT_FLAGS = (
+    "output_dir", "model", "train_files", "backend", "max_steps", "epochs", "learning_rate",
+    "global_batch_size", "micro_batch_size", "max_length", "save_steps", "seed", "resume",
+)  # fmt: skip
+RL_FLAGS = (
+    "output_dir", "model", "train_files", "heldout_files", "backend", "steps", "group_size",
+    "batch_groups", "learning_rate", "seed", "resume",
+)  # fmt: skip
+
+
+def _sft_config() -> Any:
+    from training.sft.config import SFTConfig
+
+    return SFTConfig
+
+
+def _rl_config() -> Any:
+    from training.rl.config import RLConfig
+
+    return RLConfig
 
 
 @app.command()
 @cli_errors
-def sft(
-    config: Annotated[Path, typer.Option("--config", "-c", help="Recipe (YAML or JSON).")],
-    output_dir: Annotated[Path | None, typer.Option(help="Run directory.")] = None,
-    model: Annotated[Path | None, typer.Option(help="HF checkpoint to start from.")] = None,
-    train_file: Annotated[
-        list[Path] | None, typer.Option(help="Parquet of `astra-train data sft` (repeatable).")
-    ] = None,
-    backend: Annotated[str | None, typer.Option(help="trl or verl.")] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Optimizer steps (over epochs).")] = None,
-    epochs: Annotated[float | None, typer.Option(help="Passes over the data.")] = None,
-    learning_rate: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
-    global_batch_size: Annotated[int | None, typer.Option(help="Sequences per step.")] = None,
-    micro_batch_size: Annotated[int | None, typer.Option(help="Sequences per forward.")] = None,
-    max_length: Annotated[int | None, typer.Option(help="Tokens per sequence.")] = None,
-    save_steps: Annotated[int | None, typer.Option(help="Checkpoint every N steps.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
-    resume: Annotated[
-        bool | None, typer.Option(help="Continue from the newest complete checkpoint.")
-    ] = None,
-) -> None:
-    """Supervised fine-tuning from a recipe; flags and ASTRA_TRAIN_* variables override it.
+@config_flags(
+    _sft_config(),
+    SFT_FLAGS,
+    flags={"train_files": "train_file"},
+    helps={"max_steps": "optimizer steps (overrides epochs)"},
+)
+def sft(config: ConfigOpt, overrides: dict[str, Any]) -> None:
+    """Supervised fine-tuning from a recipe; ASTRA_TRAIN_* variables, --set and the flags
+    override it (a default shown applies where the recipe sets nothing).
 
     Example: astra-train sft --config training/recipes/sft-tiny-cpu.yaml --output-dir runs/sft
-    --max-steps 200
+    --max-steps 200 --set trl.threads=2
     """
-    from training.sft.config import SFTConfig
-
-    cfg = load_config(
-        SFTConfig,
-        config,
-        _overrides(
-            output_dir=output_dir,
-            model=model,
-            train_files=train_file,
-            backend=backend,
-            max_steps=max_steps,
-            epochs=epochs,
-            learning_rate=learning_rate,
-            global_batch_size=global_batch_size,
-            micro_batch_size=micro_batch_size,
-            max_length=max_length,
-            save_steps=save_steps,
-            seed=seed,
-            resume=resume,
-        ),
-        env_prefix=ENV_PREFIX,
-    )
+    cfg = load_config(_sft_config(), config, overrides, env_prefix=ENV_PREFIX)
     if cfg.backend == "verl":
         from training.sft.verl import run_verl
 
@@ -225,52 +211,20 @@ def _rl_progress(step: int, total: int, rec: dict[str, Any]) -> None:
 
 @app.command()
 @cli_errors
-def rl(
-    config: Annotated[Path, typer.Option("--config", "-c", help="Recipe (YAML or JSON).")],
-    output_dir: Annotated[Path | None, typer.Option(help="Run directory.")] = None,
-    model: Annotated[Path | None, typer.Option(help="HF checkpoint to start from.")] = None,
-    train_file: Annotated[
-        list[Path] | None, typer.Option(help="Arena records, JSONL or parquet (repeatable).")
-    ] = None,
-    heldout_file: Annotated[
-        list[Path] | None, typer.Option(help="Held-out arena records (repeatable).")
-    ] = None,
-    backend: Annotated[str | None, typer.Option(help="trl or verl.")] = None,
-    steps: Annotated[int | None, typer.Option(help="Optimizer steps.")] = None,
-    group_size: Annotated[int | None, typer.Option(help="Rollouts per prompt.")] = None,
-    batch_groups: Annotated[int | None, typer.Option(help="Valid groups per step.")] = None,
-    learning_rate: Annotated[float | None, typer.Option(help="Learning rate.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
-    resume: Annotated[
-        bool | None, typer.Option(help="Continue from the newest complete checkpoint.")
-    ] = None,
-) -> None:
+@config_flags(
+    _rl_config(),
+    RL_FLAGS,
+    flags={"train_files": "train_file", "heldout_files": "heldout_file"},
+)
+def rl(config: ConfigOpt, overrides: dict[str, Any]) -> None:
     """Multi-turn RL with verifiable rewards on arena tasks (GRPO, Adaptive Batch Filling,
-    token-mean loss); flags and ASTRA_TRAIN_* variables override the recipe.
+    token-mean loss); ASTRA_TRAIN_* variables, --set and the flags override the recipe (a
+    default shown applies where the recipe sets nothing).
 
     Example: astra-train rl --config training/recipes/rl-tiny-cpu.yaml --model runs/sft-tiny/final
-    --output-dir runs/rl --steps 20
+    --output-dir runs/rl --steps 20 --set verl.device=cpu
     """
-    from training.rl.config import RLConfig
-
-    cfg = load_config(
-        RLConfig,
-        config,
-        _overrides(
-            output_dir=output_dir,
-            model=model,
-            train_files=train_file,
-            heldout_files=heldout_file,
-            backend=backend,
-            steps=steps,
-            group_size=group_size,
-            batch_groups=batch_groups,
-            learning_rate=learning_rate,
-            seed=seed,
-            resume=resume,
-        ),
-        env_prefix=ENV_PREFIX,
-    )
+    cfg = load_config(_rl_config(), config, overrides, env_prefix=ENV_PREFIX)
     if cfg.backend == "verl":
         from training.rl.verl import run_verl
 

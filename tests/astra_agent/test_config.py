@@ -132,3 +132,16 @@ def test_a_yaml_error_is_one_line_with_its_position(tmp_path: Path, text: str, n
     message = str(err.value)
     assert "\n" not in message and "<unicode string>" not in message, message
     assert message.startswith(f"{p} is not valid yaml: ") and needle in message, message
+
+
+def test_an_invalid_override_is_named_as_from_the_command_line(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("port: 9000\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(Cfg, f, {"port": "x"}, environ={})
+    assert "port: Input should be a valid integer" in str(err.value)
+    assert "(from the command line)" in str(err.value)
+    f.write_text("port: x\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(Cfg, f, {"name": "n"}, environ={})
+    assert "port:" in str(err.value) and "command line" not in str(err.value)

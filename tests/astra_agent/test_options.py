@@ -3,16 +3,28 @@ and defaults everywhere, and `--version` on each."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import pytest
 import typer
+from pydantic import BaseModel, ConfigDict, Field
 from typer.main import get_command
 from typer.testing import CliRunner
 
 from astra_agent.cli import app as agent_app
+from astra_agent.config import load_config
+from astra_agent.console import cli_errors
 from astra_agent.model import ModelConfig
-from astra_agent.options import API_KEY_ENV, BASE_URL_ENV, MODEL_ENV, model_overrides, version
+from astra_agent.options import (
+    API_KEY_ENV,
+    BASE_URL_ENV,
+    MODEL_ENV,
+    config_flags,
+    model_overrides,
+    parse_set,
+    version,
+)
 from eval.cli import app as eval_app
 from serving.cli import app as serve_app
 from training.cli import app as train_app
@@ -112,3 +124,96 @@ def test_errors_print_brackets_literally() -> None:
     assert result.exit_code == 2
     assert "error: no checkpoint at /data/[v1]/ckpt" in result.stderr  # not eaten as markup
     assert "hint: see [bold]docs[/bold]" in result.stderr
+
+
+class _Section(BaseModel):
+    device: Literal["cpu", "cuda"] = "cuda"
+    threads: int | None = None
+
+
+class _Recipe(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    output_dir: Path = Field(description="run directory")
+    steps: int = Field(100, ge=1, description="optimizer steps")
+    train_files: list[Path] = Field(default_factory=list, description="inputs (repeatable)")
+    backend: Literal["trl", "verl"] = "trl"
+    resume: bool = Field(True, description="continue where it stopped")
+    section: _Section = Field(default_factory=_Section)
+
+
+def _recipe_app(seen: list[_Recipe]) -> typer.Typer:
+    app = typer.Typer()
+
+    @app.command()
+    @cli_errors
+    @config_flags(
+        _Recipe, ["output_dir", "steps", "train_files", "backend", "resume"],
+        flags={"train_files": "train_file"},
+    )  # fmt: skip
+    def go(config: Annotated[Path | None, typer.Option()] = None, *, overrides: Any) -> None:
+        seen.append(load_config(_Recipe, config, overrides, environ={}))
+
+    return app
+
+
+def test_config_flags_are_the_models_fields_and_set_reaches_the_rest(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("output_dir: out\nsteps: 7\nsection: {threads: 3}\n")
+    seen: list[_Recipe] = []
+    app = _recipe_app(seen)
+    # the file alone; then a section key by --set (the file's other section key stays), a
+    # flag over the file, a repeatable flag, a bool flag, and a flag over --set
+    args = ["--config", str(recipe)]
+    assert runner.invoke(app, args).exit_code == 0
+    more = [
+        "--set", "section.device=cpu", "--steps", "9", "--set", "steps=2",
+        "--train-file", "a.parquet", "--train-file", "b ✓.parquet", "--no-resume",
+    ]  # fmt: skip
+    result = runner.invoke(app, args + more)
+    assert result.exit_code == 0, result.output
+    first, second = seen
+    assert (first.steps, first.section, first.resume) == (7, _Section(threads=3), True)
+    assert second.steps == 9 and second.section == _Section(device="cpu", threads=3)
+    assert second.train_files == [Path("a.parquet"), Path("b ✓.parquet")]
+    assert second.resume is False and second.output_dir == Path("out")
+    helptext = runner.invoke(app, ["--help"], terminal_width=200).output
+    assert "Optimizer steps (default 100)" in helptext and "--no-resume" in helptext
+    assert "[trl|verl]" in helptext or "<trl|verl>" in helptext
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--set", "steps"], "expected KEY=VALUE"),
+        (["--set", "=3"], "expected KEY=VALUE"),
+        (["--set", "section..device=cpu"], "expected KEY=VALUE"),
+        (["--set", "steps=[1"], "the value is not YAML"),
+        (["--set", "steps=3", "--set", "steps.x=1"], "steps is set to a value above"),
+        (["--set", "stepz=3"], "stepz"),  # the model's own check: an unknown key
+        (["--set", "section.device=tpu"], "section.device"),
+        (["--set", "steps=0"], "steps"),
+        (["--steps", "0"], "steps"),
+    ],
+)
+def test_bad_set_values_are_one_error_and_exit_2(
+    tmp_path: Path, args: list[str], needle: str
+) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("output_dir: out\n")
+    seen: list[_Recipe] = []
+    result = runner.invoke(_recipe_app(seen), ["--config", str(recipe), *args])
+    assert result.exit_code == 2, result.output
+    assert needle in result.output and not seen
+    assert "Traceback" not in result.output
+
+
+def test_parse_set_reads_yaml_values() -> None:
+    got = parse_set(["a.b=0.5", "a.c=true", "d=[x, y]", "e=", "f=ünï=code", "g={k: 1}"])
+    assert got == {
+        "a": {"b": 0.5, "c": True},
+        "d": ["x", "y"],
+        "e": "",
+        "f": "ünï=code",
+        "g": {"k": 1},
+    }

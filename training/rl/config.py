@@ -126,17 +126,21 @@ class VerlRLOptions(BaseModel):
 class RLConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    backend: Literal["trl", "verl"] = "trl"
+    backend: Literal["trl", "verl"] = Field("trl", description="TRL (one machine) or verl")
     model: Path = Field(description="HF checkpoint to start from (an SFT checkpoint)")
     train_files: list[Path] = Field(
-        min_length=1, description="arena records (ASTRA-RL-1k format): JSONL or parquet"
+        min_length=1,
+        description="arena records (ASTRA-RL-1k format): JSONL or parquet (repeatable)",
     )
-    heldout_files: list[Path] = Field(default_factory=list, description="evaluated every N")
-    output_dir: Path
+    heldout_files: list[Path] = Field(
+        default_factory=list,
+        description="held-out arena records, evaluated every eval_every steps (repeatable)",
+    )
+    output_dir: Path = Field(description="run directory")
     steps: int = Field(100, ge=1, description="optimizer steps (one per batch)")
     group_size: int = Field(8, ge=2, description="rollouts per prompt (GRPO group)")
     batch_groups: int = Field(256, ge=1, description="valid prompt groups per step (paper: 256)")
-    learning_rate: float = Field(2e-6, gt=0, description="paper: 2e-6")
+    learning_rate: float = Field(2e-6, gt=0, description="learning rate (paper: 2e-6)")
     lr_scheduler: Literal["constant", "cosine", "linear"] = "constant"
     warmup_steps: int = Field(0, ge=0)
     weight_decay: float = Field(0.0, ge=0)
@@ -146,8 +150,8 @@ class RLConfig(BaseModel):
     advantage_eps: float = Field(1e-6, gt=0)
     advantage_scale: Literal["std", "none"] = "std"
     micro_batch_size: int = Field(4, ge=1, description="sequences per forward/backward")
-    seed: int = Field(0, ge=0, lt=2**32, description="numpy's seed range")
-    save_steps: int = Field(10, ge=1)
+    seed: int = Field(0, ge=0, lt=2**32, description="random seed (below 2**32, numpy's range)")
+    save_steps: int = Field(10, ge=1, description="a checkpoint every N steps")
     save_total_limit: int = Field(2, ge=1)
     eval_every: int = Field(0, ge=0, description="held-out evaluation every N steps (0: off)")
     eval_limit: int | None = Field(None, ge=1, description="held-out tasks per evaluation")

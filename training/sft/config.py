@@ -63,15 +63,17 @@ class ConvertOptions(BaseModel):
 class SFTConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    backend: Literal["trl", "verl"] = "trl"
+    backend: Literal["trl", "verl"] = Field("trl", description="TRL (one machine) or verl")
     model: Path = Field(description="HF checkpoint dir to start from (weights + tokenizer)")
-    train_files: list[Path] = Field(min_length=1, description="parquet of `astra-train data sft`")
+    train_files: list[Path] = Field(
+        min_length=1, description="parquet of `astra-train data sft` (repeatable)"
+    )
     val_files: list[Path] = Field(default_factory=list)
-    output_dir: Path
+    output_dir: Path = Field(description="run directory")
     max_length: int = Field(20480, ge=16, description="tokens per sequence (paper: 20k)")
-    epochs: float = Field(2.0, gt=0)
+    epochs: float = Field(2.0, gt=0, description="passes over the data")
     max_steps: int | None = Field(None, ge=1, description="overrides epochs when set")
-    learning_rate: float = Field(5e-6, gt=0)
+    learning_rate: float = Field(5e-6, gt=0, description="peak learning rate")
     lr_scheduler: Literal["cosine", "constant", "linear"] = "cosine"
     warmup_ratio: float = Field(0.05, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
@@ -79,8 +81,8 @@ class SFTConfig(BaseModel):
     global_batch_size: int = Field(32, ge=1, description="sequences per optimizer step")
     micro_batch_size: int = Field(1, ge=1, description="sequences per device per forward")
     packing: bool = Field(True, description="padding-free batches (no pad tokens computed)")
-    seed: int = Field(0, ge=0, lt=2**32, description="numpy's seed range")
-    save_steps: int = Field(500, ge=1)
+    seed: int = Field(0, ge=0, lt=2**32, description="random seed (below 2**32, numpy's range)")
+    save_steps: int = Field(500, ge=1, description="a checkpoint every N steps")
     save_total_limit: int = Field(2, ge=1)
     logging_steps: int = Field(1, ge=1)
     report_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=list)
