@@ -186,6 +186,14 @@ def _flag_help(info: FieldInfo, help_text: str | None) -> str:
     return f"{text} (default {shown})" if text else f"Default {shown}."
 
 
+def _field(model: type[BaseModel], dotted: str) -> FieldInfo:
+    """The field ``a.b`` of ``model``: field ``b`` of the model that field ``a`` holds."""
+    *sections, name = dotted.split(".")
+    for section in sections:
+        model = _flag_type(dotted, model.model_fields[section].annotation)
+    return model.model_fields[name]
+
+
 def config_flags(
     model: type[BaseModel],
     fields: Sequence[str],
@@ -194,8 +202,9 @@ def config_flags(
     helps: Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Give a typer command one option per field of ``model`` named in ``fields`` (its type,
-    default and description are the model's), and ``--set KEY=VALUE``. The command itself
-    takes ``overrides``: what was given, as the mapping ``load_config`` takes.
+    default and description are the model's; ``section.key`` names a field of a section, its
+    option is ``--key``), and ``--set KEY=VALUE``. The command itself takes ``overrides``: what
+    was given, as the mapping ``load_config`` takes.
 
     ``flags`` renames a field's option (``train_files`` → ``train_file``, as a repeatable flag
     reads); ``helps`` replaces a description that reads badly as help.
@@ -207,8 +216,8 @@ def config_flags(
         kept = [p for p in own.parameters.values() if p.name != "overrides"]
         generated = []
         for name in fields:
-            info = model.model_fields[name]
-            flag = flags.get(name, name)
+            info = _field(model, name)
+            flag = flags.get(name, name.rpartition(".")[2])
             kind = _flag_type(name, info.annotation)
             option = typer.Option(help=_flag_help(info, helps.get(name)), show_default=False)
             generated.append(
@@ -233,9 +242,15 @@ def config_flags(
         def command(**kwargs: Any) -> R:
             overrides = parse_set(kwargs.pop("set_"))
             for name in fields:
-                value = kwargs.pop(flags.get(name, name))
+                value = kwargs.pop(flags.get(name, name.rpartition(".")[2]))
                 if value is not None and value != []:
-                    overrides[name] = value
+                    *sections, key = name.split(".")
+                    node = overrides
+                    for section in sections:
+                        if not isinstance(node.get(section), dict):  # a flag wins over --set
+                            node[section] = {}
+                        node = node[section]
+                    node[key] = value
             return fn(**kwargs, overrides=overrides)
 
         params = kept + generated

@@ -22,6 +22,7 @@ from astra_agent.options import (
     ModelOpt,
     TemperatureOpt,
     common_callback,
+    config_flags,
     model_overrides,
 )
 from eval.runner import ProgressEvent
@@ -46,29 +47,35 @@ bfcl_app = typer.Typer(
     "Example: astra-eval bfcl --base-url http://127.0.0.1:8000/v1 --concurrency 16 --out runs/bfcl"
 )
 app.add_typer(bfcl_app, name="bfcl")
+ENV_PREFIX = "ASTRA_EVAL_"
 
 
-ConcurrencyOpt = Annotated[int | None, typer.Option(help="Entries at once.")]
-OutOpt = Annotated[Path, typer.Option(help="Results directory (checked writable first).")]
-ResumeOpt = Annotated[bool, typer.Option(help="Continue the results in --out.")]
-RetryOpt = Annotated[
-    bool,
-    typer.Option(
-        help="Re-run the entries recorded as inference or run errors (implies --resume); "
-        "the newer record replaces the older."
-    ),
-]
-FailuresOpt = Annotated[
-    int | None,
-    typer.Option(
-        help="Stop (exit 1; --resume continues) after this many entries in a row could not "
-        "reach the endpoint (default 5)."
-    ),
-]
+RUN_FLAGS = ("out", "concurrency", "resume", "retry_errors", "max_connection_failures")
 
 
-def _runner_overrides(**values: Any) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if v is not None}
+def _arenas_config() -> Any:
+    from eval.arenas.runner import ArenaEvalConfig
+
+    return ArenaEvalConfig
+
+
+def _bfcl_config() -> Any:
+    from eval.bfcl.runner import BFCLConfig
+
+    return BFCLConfig
+
+
+def _general_config() -> Any:
+    from eval.general.runner import GeneralEvalConfig
+
+    return GeneralEvalConfig
+
+
+def _with_model(overrides: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` with the shared endpoint flags added to its ``model`` section."""
+    section = overrides.get("model")
+    overrides["model"] = {**(section if isinstance(section, dict) else {}), **model}
+    return overrides
 
 
 @contextmanager
@@ -102,23 +109,19 @@ def _arena_score(records: list[Any]) -> str:
 
 @arenas_app.callback(invoke_without_command=True)
 @cli_errors
+@config_flags(
+    _arenas_config(),
+    ("data", *RUN_FLAGS, "limit", "limits.max_steps", "unsafe_no_sandbox"),
+    helps={"limits.max_steps": "model calls per task"},
+)
 def arenas(
     ctx: typer.Context,
-    data: Annotated[Path | None, typer.Option(help="Tasks: JSONL or parquet.")] = None,
     base_url: BaseUrlOpt = None,
     model: ModelOpt = None,
     api_key: ApiKeyOpt = None,
     temperature: TemperatureOpt = None,
-    concurrency: ConcurrencyOpt = None,
-    limit: Annotated[int | None, typer.Option(help="Only the first N tasks.")] = None,
-    out: OutOpt = Path("runs/arenas"),
-    resume: ResumeOpt = False,
-    retry_errors: RetryOpt = False,
-    max_connection_failures: FailuresOpt = None,
-    max_steps: Annotated[int | None, typer.Option(help="Model calls per task (20).")] = None,
-    unsafe_no_sandbox: Annotated[
-        bool, typer.Option(help="Run tool code WITHOUT isolation (trusted code only).")
-    ] = False,
+    *,
+    overrides: dict[str, Any],
 ) -> None:
     """Run every task through the agent loop and score it with ASTRA's reward.
 
@@ -127,28 +130,13 @@ def arenas(
     """
     if ctx.invoked_subcommand is not None:
         return
-    if data is None:
+    if overrides.get("data") is None:
         raise typer.BadParameter("--data FILE is required (or use `arenas validate FILE`)")
-    from eval.arenas.runner import ArenaEvalConfig, evaluate_arenas
+    from eval.arenas.runner import evaluate_arenas
 
+    model_flags = model_overrides(base_url, model, api_key, temperature)
     cfg = load_config(
-        ArenaEvalConfig,
-        None,
-        {
-            "data": data,
-            "out": out,
-            **_runner_overrides(
-                concurrency=concurrency,
-                limit=limit,
-                max_connection_failures=max_connection_failures,
-                resume=resume or None,
-                retry_errors=retry_errors or None,
-                unsafe_no_sandbox=unsafe_no_sandbox or None,
-            ),
-            "model": model_overrides(base_url, model, api_key, temperature),
-            "limits": {"max_steps": max_steps} if max_steps else {},
-        },
-        env_prefix="ASTRA_EVAL_",
+        _arenas_config(), None, _with_model(overrides, model_flags), env_prefix=ENV_PREFIX
     )
     with _progress("arenas", _arena_score) as hook:
         summary = asyncio.run(evaluate_arenas(cfg, hook))
@@ -231,22 +219,19 @@ def _names(flag: str, text: str, example: str) -> list[str]:
 
 @bfcl_app.callback(invoke_without_command=True)
 @cli_errors
+@config_flags(_bfcl_config(), ("limit", *RUN_FLAGS))
 def bfcl(
     ctx: typer.Context,
     base_url: BaseUrlOpt = None,
     model: ModelOpt = None,
     api_key: ApiKeyOpt = None,
     temperature: TemperatureOpt = None,
-    categories: Annotated[str, typer.Option(help="Comma-separated.")] = (
-        "base,miss_func,miss_param,long_context"
-    ),
+    categories: Annotated[
+        str | None, typer.Option(help="Comma-separated (default: all four).", show_default=False)
+    ] = None,
     ids: Annotated[str | None, typer.Option(help="Comma-separated entry ids.")] = None,
-    limit: Annotated[int | None, typer.Option(help="First N entries per category.")] = None,
-    concurrency: ConcurrencyOpt = None,
-    out: OutOpt = Path("runs/bfcl"),
-    resume: ResumeOpt = False,
-    retry_errors: RetryOpt = False,
-    max_connection_failures: FailuresOpt = None,
+    *,
+    overrides: dict[str, Any],
 ) -> None:
     """Run BFCL-V3 multi-turn through the agent loop; score with the official semantics.
     An overall over fewer than the four categories is marked partial.
@@ -255,30 +240,20 @@ def bfcl(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from eval.bfcl.runner import BFCLConfig, evaluate_bfcl
+    from eval.bfcl.runner import evaluate_bfcl
 
+    if categories is not None:
+        overrides["categories"] = _names("--categories", categories, "base,miss_func")
+    if ids is not None:
+        overrides["ids"] = _names("--ids", ids, "multi_turn_base_0")
+    model_flags = model_overrides(base_url, model, api_key, temperature)
     cfg = load_config(
-        BFCLConfig,
-        None,
-        {
-            "out": out,
-            "categories": _names("--categories", categories, "base,miss_func (default: all)"),
-            "ids": None if ids is None else _names("--ids", ids, "multi_turn_base_0"),
-            **_runner_overrides(
-                concurrency=concurrency,
-                limit=limit,
-                max_connection_failures=max_connection_failures,
-                resume=resume or None,
-                retry_errors=retry_errors or None,
-            ),
-            "model": model_overrides(base_url, model, api_key, temperature),
-        },
-        env_prefix="ASTRA_EVAL_",
+        _bfcl_config(), None, _with_model(overrides, model_flags), env_prefix=ENV_PREFIX
     )
     with _progress("bfcl", _bfcl_score) as hook:
         summary = asyncio.run(evaluate_bfcl(cfg, hook))
     _print_bfcl(summary)
-    console.print(f"results: {out}/results.jsonl, summary.json, leaderboard.csv")
+    console.print(f"results: {cfg.out}/results.jsonl, summary.json, leaderboard.csv")
 
 
 def _print_bfcl(summary: dict[str, Any]) -> None:
@@ -444,35 +419,27 @@ def compare_cmd(
 
 @app.command("general")
 @cli_errors
+@config_flags(
+    _general_config(),
+    ("include_path", "limit", "concurrency", "model.max_tokens", "out", "overwrite",
+     "retry_errors"),
+    helps={"model.max_tokens": "tokens per reply, thinking included (default: each task's own)"},
+)  # fmt: skip
 def general(
     base_url: BaseUrlOpt = None,
     model: ModelOpt = None,
     api_key: ApiKeyOpt = None,
     temperature: TemperatureOpt = None,
     tasks: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="lm-eval generation tasks, comma-separated: ours (astra_arith), lm-eval's "
-            "(gsm8k, aime24, …) or those under --include-path."
+            "(gsm8k, aime24, …) or those under --include-path (default astra_arith).",
+            show_default=False,
         ),
-    ] = "astra_arith",
-    include_path: Annotated[
-        list[Path] | None,
-        typer.Option(help="A directory of your own lm-eval task YAMLs (repeatable)."),
     ] = None,
-    limit: Annotated[int | None, typer.Option(help="Only the first N samples per task.")] = None,
-    concurrency: Annotated[
-        int | None, typer.Option(help="Requests at once (lm-eval's num_concurrent; 4).")
-    ] = None,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(help="Tokens per reply, thinking included (default: each task's own)."),
-    ] = None,
-    out: OutOpt = Path("runs/general"),
-    overwrite: Annotated[
-        bool, typer.Option(help="Replace results in --out (no --resume: lm-eval scores at end).")
-    ] = False,
-    retry_errors: RetryOpt = False,
+    *,
+    overrides: dict[str, Any],
 ) -> None:
     """Run lm-eval generation tasks (general ability: arithmetic, GSM8K, AIME) against the
     endpoint through lm-eval's chat-completions backend; the answer after </think> is scored.
@@ -481,32 +448,16 @@ def general(
     """
     import logging
 
-    from eval.general.runner import (
-        GeneralEvalConfig,
-        evaluate_general,
-        quiet_lm_eval,
-        require_lm_eval,
-    )
+    from eval.general.runner import evaluate_general, quiet_lm_eval, require_lm_eval
 
     require_lm_eval()
     if not logging.getLogger().isEnabledFor(logging.DEBUG):  # --verbose shows lm-eval's logs
         quiet_lm_eval()
+    if tasks is not None:
+        overrides["tasks"] = _names("--tasks", tasks, "astra_arith,gsm8k")
+    model_flags = model_overrides(base_url, model, api_key, temperature)
     cfg = load_config(
-        GeneralEvalConfig,
-        None,
-        {
-            "out": out,
-            "tasks": _names("--tasks", tasks, "astra_arith,gsm8k"),
-            "include_path": include_path or None,
-            **_runner_overrides(
-                limit=limit,
-                concurrency=concurrency,
-                overwrite=overwrite or None,
-                retry_errors=retry_errors or None,
-            ),
-            "model": model_overrides(base_url, model, api_key, temperature, max_tokens=max_tokens),
-        },
-        env_prefix="ASTRA_EVAL_",
+        _general_config(), None, _with_model(overrides, model_flags), env_prefix=ENV_PREFIX
     )
     err_console.print(f"general: {', '.join(cfg.tasks)} against {cfg.model.base_url}")
     summary = evaluate_general(cfg)

@@ -47,15 +47,20 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    out: Path
+    out: Path = Field(description="results directory (checked writable first)")
     model: ModelConfig = Field(default_factory=ModelConfig)
-    concurrency: int = Field(4, ge=1)
-    resume: bool = False
+    concurrency: int = Field(4, ge=1, description="entries at once")
+    resume: bool = Field(False, description="continue the results in --out")
     retry_errors: bool = Field(
-        False, description="re-run entries recorded as errors (implies resume)"
+        False,
+        description="re-run the entries recorded as inference or run errors (implies --resume); "
+        "the newer record replaces the older",
     )
     max_connection_failures: int = Field(
-        5, ge=1, description="consecutive connection failures after which the run stops"
+        5,
+        ge=1,
+        description="stop (exit 1; --resume continues) after this many entries in a row could "
+        "not reach the endpoint",
     )
 
 

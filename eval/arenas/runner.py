@@ -22,11 +22,14 @@ from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
 
 
 class ArenaEvalConfig(RunConfig):
-    data: Path
+    out: Path = Field(Path("runs/arenas"), description="results directory (checked writable)")
+    data: Path = Field(description="tasks: JSONL or parquet")
     sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
     limits: EpisodeLimits = Field(default_factory=EpisodeLimits)
-    limit: int | None = Field(None, ge=1)
-    unsafe_no_sandbox: bool = False
+    limit: int | None = Field(None, ge=1, description="only the first N tasks")
+    unsafe_no_sandbox: bool = Field(
+        False, description="run tool code WITHOUT isolation (trusted code only)"
+    )
 
     def fingerprint(self) -> dict[str, Any]:
         """What the results depend on besides the model and sampling."""

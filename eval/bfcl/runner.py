@@ -56,7 +56,8 @@ PUBLISHED = {  # paper Table 1, function-calling mode through vLLM, temperature 
 
 
 class BFCLConfig(RunConfig):
-    concurrency: int = Field(8, ge=1)
+    out: Path = Field(Path("runs/bfcl"), description="results directory (checked writable)")
+    concurrency: int = Field(8, ge=1, description="entries at once")
     categories: list[str] = Field(default_factory=lambda: list(CATEGORIES))
     ids: list[str] | None = None
     limit: int | None = Field(None, ge=1, description="first N entries per category")

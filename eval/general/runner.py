@@ -79,13 +79,17 @@ class GeneralEvalConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    out: Path
+    out: Path = Field(Path("runs/general"), description="results directory (checked writable)")
     model: ModelConfig = Field(default_factory=ModelConfig)
     tasks: list[str] = Field(default_factory=lambda: list(DEFAULT_TASKS), min_length=1)
-    include_path: list[Path] = Field(default_factory=list)
+    include_path: list[Path] = Field(
+        default_factory=list, description="a directory of your own lm-eval task YAMLs (repeatable)"
+    )
     limit: int | None = Field(None, ge=1, description="first N samples of each task")
     concurrency: int = Field(4, ge=1, description="requests at once (lm-eval's num_concurrent)")
-    overwrite: bool = False
+    overwrite: bool = Field(
+        False, description="replace results in --out (no --resume: lm-eval scores at the end)"
+    )
     retry_errors: bool = Field(
         False, description="re-run the samples recorded as inference errors in --out"
     )

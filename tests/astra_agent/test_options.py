@@ -217,3 +217,53 @@ def test_parse_set_reads_yaml_values() -> None:
         "f": "ünï=code",
         "g": {"k": 1},
     }
+
+
+def test_a_section_field_is_a_flag_and_set_reaches_any_section_key(tmp_path: Path) -> None:
+    seen: list[_Recipe] = []
+    app = typer.Typer()
+
+    @app.command()
+    @cli_errors
+    @config_flags(_Recipe, ["output_dir", "section.threads"])
+    def go(*, overrides: Any) -> None:
+        seen.append(load_config(_Recipe, None, overrides, environ={}))
+
+    # a flag of a section beside --set of the same section; a flag over a --set that made the
+    # section a plain value
+    args = ["--output-dir", "o", "--threads", "4", "--set", "section.device=cpu"]
+    assert runner.invoke(app, args).exit_code == 0
+    assert seen[-1].section == _Section(device="cpu", threads=4)
+    result = runner.invoke(app, ["--output-dir", "o", "--set", "section=3", "--threads", "2"])
+    assert result.exit_code == 0, result.output
+    assert seen[-1].section == _Section(threads=2)
+    helptext = runner.invoke(app, ["--help"], terminal_width=200).output
+    assert "--threads" in helptext and "--section" not in helptext
+
+
+def test_eval_flags_reach_their_config_sections(tmp_path: Path, monkeypatch: Any) -> None:
+    """`astra-eval arenas` and `general`: a flag of a section (limits.max_steps,
+    model.max_tokens) lands there beside the shared endpoint flags; --set reaches the rest."""
+    import eval.arenas.runner as arenas_runner
+
+    seen: list[Any] = []
+
+    async def fake_evaluate(cfg: Any, hook: Any) -> Any:
+        seen.append(cfg)
+        raise typer.Exit(0)
+
+    monkeypatch.setattr(arenas_runner, "evaluate_arenas", fake_evaluate)
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("")
+    args = [
+        "arenas", "--data", str(data), "--out", str(tmp_path / "o"), "--max-steps", "7",
+        "--temperature", "0", "--set", "model.top_p=0.5", "--set", "sandbox.processes=8",
+    ]  # fmt: skip
+    result = runner.invoke(eval_app, args)
+    assert result.exit_code == 0, result.output
+    (cfg,) = seen
+    assert cfg.limits.max_steps == 7 and cfg.limits.tool_timeout_s == 120.0
+    assert (cfg.model.temperature, cfg.model.top_p) == (0.0, 0.5)
+    assert cfg.sandbox.processes == 8 and cfg.concurrency == 4
+    result = runner.invoke(eval_app, ["arenas", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "--data" in result.output
