@@ -28,7 +28,7 @@ from astra_agent.chat import chat_loop
 from astra_agent.config import check_writable
 from astra_agent.console import cli_errors, console, err_console
 from astra_agent.environment import ToolResult
-from astra_agent.episode import ResultHook, TurnHook
+from astra_agent.episode import EpisodeLimits, ResultHook, TurnHook
 from astra_agent.errors import ConfigError
 from astra_agent.mcp_config import MCPConfig
 from astra_agent.model import ModelTurn, ToolCall
@@ -62,8 +62,12 @@ ConfigOpt = Annotated[
         envvar="ASTRA_MCP_CONFIG",
     ),
 ]
-StepsOpt = Annotated[int | None, typer.Option(help="Model calls per task (default 20).")]
-TimeoutOpt = Annotated[float | None, typer.Option(help="Seconds per tool call (default 120).")]
+_STEPS = EpisodeLimits.model_fields["max_steps"].default
+_TIMEOUT = AgentConfig.model_fields["tool_timeout_s"].default
+StepsOpt = Annotated[int | None, typer.Option(help=f"Model calls per task (default {_STEPS}).")]
+TimeoutOpt = Annotated[
+    float | None, typer.Option(help=f"Seconds per tool call (default {_TIMEOUT:g}).")
+]
 SystemOpt = Annotated[str | None, typer.Option(help="System prompt.")]
 StrictOpt = Annotated[bool, typer.Option(help="Fail if any MCP server fails to start.")]
 
