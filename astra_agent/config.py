@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -19,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from astra_agent.errors import ConfigError
+from astra_agent.runio import probe_writable
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -63,8 +63,7 @@ def check_writable(path: str | Path, what: str, *, kind: Literal["file", "dir"] 
     if not parent.is_dir():
         raise ConfigError(f"{what} {p} cannot be created: {parent} is not a directory")
     try:
-        with tempfile.TemporaryFile(dir=parent):
-            pass
+        probe_writable(parent)
     except OSError as exc:
         raise ConfigError(
             f"{what} {p} cannot be created: {parent} is not writable ({exc.strerror})",
