@@ -12,11 +12,13 @@ and serving.
   descriptor), and its readers split at ``\\n`` only (:func:`jsonl_lines`) and cut or skip the
   torn last line a killed writer leaves (:func:`drop_torn_tail`, :func:`read_json_lines`).
 * :func:`config_differences` says how the config of a run on disk differs from this one's (for
-  the refusal of another config, ``--resume`` or not).
+  the refusal of another config, ``--resume`` or not); :func:`file_sha256` fingerprints an
+  input file by content.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -211,6 +213,15 @@ def read_json_lines(path: str | Path) -> list[Any]:
 
 
 # ------------------------------------------------------------------ the config of a run
+
+
+def file_sha256(path: Path) -> str:
+    """A file's SHA-256 (hex), read in blocks: how a run's input files are fingerprinted."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def config_differences(old: Any, new: Any, prefix: str = "") -> list[str]:

@@ -21,6 +21,7 @@ from astra_agent.runio import (
     config_differences,
     differing_keys,
     drop_torn_tail,
+    file_sha256,
     json_line,
     jsonl_lines,
     probe_writable,
@@ -227,3 +228,16 @@ def test_config_differences() -> None:
     assert config_differences({1: "a", "1": "b"}, {1: "a", "1": "c"}) == ["1 ('b' → 'c')"]
     assert differing_keys(old, new) == ["added", "gone", "lr", "model"]
     assert differing_keys(old, old) == []
+
+
+def test_file_sha256_reads_in_blocks(tmp_path: Path) -> None:
+    import hashlib
+
+    p = tmp_path / "big.bin"
+    data = os.urandom((1 << 20) * 2 + 17)  # over two blocks
+    p.write_bytes(data)
+    assert file_sha256(p) == hashlib.sha256(data).hexdigest()
+    (tmp_path / "empty").write_bytes(b"")
+    assert file_sha256(tmp_path / "empty") == hashlib.sha256(b"").hexdigest()
+    with pytest.raises(FileNotFoundError):
+        file_sha256(tmp_path / "missing")
