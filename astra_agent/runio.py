@@ -41,6 +41,24 @@ def probe_writable(directory: Path) -> None:
         pass
 
 
+def creation_problem(path: Path) -> tuple[Path, OSError | None]:
+    """Can ``path`` be created as a directory (``mkdir(parents=True)``), reading nothing but
+    its ancestors? Returns the nearest of ``path`` and its ancestors that exists (where the
+    first directory would be created) and the problem: NotADirectoryError when that is not a
+    directory, the OSError of :func:`probe_writable` when nothing can be written in it, None
+    when it can."""
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return parent, NotADirectoryError(f"{parent} is not a directory")
+    try:
+        probe_writable(parent)
+    except OSError as exc:
+        return parent, exc
+    return parent, None
+
+
 def _temp_name(path: Path, tag: str = "tmp") -> Path:
     return path.with_name(f".{path.name}.{tag}-{os.getpid()}-{threading.get_ident()}")
 

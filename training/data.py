@@ -44,7 +44,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from astra_agent.errors import AstraError, ConfigError
-from astra_agent.runio import file_sha256, probe_writable, write_atomic_with, write_text_atomic
+from astra_agent.runio import creation_problem, file_sha256, write_atomic_with, write_text_atomic
 from training.data_readers import FORMATS_HINT, Candidate, Unreadable, read_inputs, tool_name
 from training.data_schema import conversation_problem
 from training.template import (
@@ -335,15 +335,11 @@ def _check_paths(inputs: list[Path], out: Path) -> None:
             raise ConfigError(f"input {path} cannot be read: {exc.strerror}") from None
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file, not a directory")
-    parent = out
-    while not parent.exists():  # the directory that mkdir(parents=True) would write into
-        parent = parent.parent
-    if not parent.is_dir():
+    parent, problem = creation_problem(out)
+    if isinstance(problem, NotADirectoryError):
         raise ConfigError(f"--out {out}: {parent} is a file, not a directory")
-    try:
-        probe_writable(parent)
-    except OSError as exc:
-        raise ConfigError(f"--out {out}: {parent} is not writable ({exc.strerror})") from None
+    if problem is not None:
+        raise ConfigError(f"--out {out}: {parent} is not writable ({problem.strerror})")
 
 
 def _check_out(out: Path, digest: str, overwrite: bool) -> None:

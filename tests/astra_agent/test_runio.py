@@ -19,6 +19,7 @@ from astra_agent.runio import (
     append_jsonl,
     building_dir,
     config_differences,
+    creation_problem,
     differing_keys,
     drop_torn_tail,
     file_sha256,
@@ -241,3 +242,28 @@ def test_file_sha256_reads_in_blocks(tmp_path: Path) -> None:
     assert file_sha256(tmp_path / "empty") == hashlib.sha256(b"").hexdigest()
     with pytest.raises(FileNotFoundError):
         file_sha256(tmp_path / "missing")
+
+
+def test_creation_problem_names_the_directory_that_would_be_written(tmp_path: Path) -> None:
+    assert creation_problem(tmp_path / "a" / "b" / "c") == (tmp_path, None)
+    assert creation_problem(tmp_path) == (tmp_path, None)
+    f = tmp_path / "file"
+    f.write_text("x")
+    parent, problem = creation_problem(f / "sub" / "out")
+    assert parent == f and isinstance(problem, NotADirectoryError)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        parent, problem = creation_problem(ro / "new" / "out")
+        assert parent == ro
+        if os.access(ro, os.W_OK):  # root: permissions do not stop it
+            assert problem is None
+        else:
+            assert isinstance(problem, PermissionError) and problem.strerror
+    finally:
+        ro.chmod(0o700)
+    assert not (tmp_path / "a").exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "file",
+        "ro",
+    ]  # nothing created
