@@ -59,8 +59,11 @@ def creation_problem(path: Path) -> tuple[Path, OSError | None]:
     return parent, None
 
 
-def _temp_name(path: Path, tag: str = "tmp") -> Path:
-    return path.with_name(f".{path.name}.{tag}-{os.getpid()}-{threading.get_ident()}")
+def _temp_name(path: Path) -> Path:
+    """Unique to this process and thread; the name cut so that a file name near the system's
+    limit (255 bytes) still has a temporary beside it."""
+    stem = path.name.encode()[:160].decode(errors="ignore")
+    return path.with_name(f".{stem}.tmp-{os.getpid()}-{threading.get_ident()}")
 
 
 def fsync_dir(path: Path) -> None:

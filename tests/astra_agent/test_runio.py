@@ -267,3 +267,29 @@ def test_creation_problem_names_the_directory_that_would_be_written(tmp_path: Pa
         "file",
         "ro",
     ]  # nothing created
+
+
+def test_a_name_near_the_length_limit_still_gets_a_temporary(tmp_path: Path) -> None:
+    name = "é" * 120 + ".json"  # 245 bytes of the 255 a name may have
+    write_json_atomic(tmp_path / name, {"ok": True})
+    assert json.loads((tmp_path / name).read_text()) == {"ok": True}
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+def test_threads_writing_one_file_never_leave_half_of_one(tmp_path: Path) -> None:
+    import threading
+
+    p = tmp_path / "summary.json"
+    texts = [json.dumps({"writer": i, "pad": "x" * 200_000}) for i in range(8)]
+
+    def write(text: str) -> None:
+        for _ in range(5):
+            write_text_atomic(p, text)
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in texts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert p.read_text() in texts
+    assert [x.name for x in tmp_path.iterdir()] == ["summary.json"]
