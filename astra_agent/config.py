@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -19,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from astra_agent.errors import ConfigError
+from astra_agent.runio import creation_problem
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -57,19 +57,14 @@ def check_writable(path: str | Path, what: str, *, kind: Literal["file", "dir"] 
         except OSError as exc:
             raise ConfigError(f"{what} {p} is not writable: {exc.strerror}") from None
         return p
-    parent = p.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
+    parent, problem = creation_problem(p.absolute().parent)
+    if isinstance(problem, NotADirectoryError):
         raise ConfigError(f"{what} {p} cannot be created: {parent} is not a directory")
-    try:
-        with tempfile.TemporaryFile(dir=parent):
-            pass
-    except OSError as exc:
+    if problem is not None:
         raise ConfigError(
-            f"{what} {p} cannot be created: {parent} is not writable ({exc.strerror})",
+            f"{what} {p} cannot be created: {parent} is not writable ({problem.strerror})",
             hint="pick a path in a writable directory",
-        ) from None
+        )
     return p
 
 

@@ -16,7 +16,6 @@ model call renders; ``tools_at(len(messages))`` is the last offer.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -26,6 +25,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.errors import ConfigError
+
+# the JSONL primitives live in runio; these names stay importable from here
+from astra_agent.runio import append_jsonl as append_jsonl
+from astra_agent.runio import drop_torn_tail as drop_torn_tail
+from astra_agent.runio import jsonl_lines
 
 Termination = Literal[
     "stop",  # the model answered without calling a tool
@@ -184,59 +188,6 @@ class Trajectory(BaseModel):
 
     def to_json_line(self) -> str:
         return json.dumps(self.model_dump(mode="json"), ensure_ascii=False) + "\n"
-
-
-def append_jsonl(
-    path: str | Path, record: Trajectory | BaseModel | dict[str, Any], *, fsync: bool = True
-) -> None:
-    """Append one record as one line, whole: a single write on an O_APPEND descriptor (a killed
-    process never leaves half a record behind it). ``fsync`` also survives a power cut; runs
-    that write thousands of records skip it."""
-    if isinstance(record, Trajectory):
-        line = record.to_json_line()
-    elif isinstance(record, BaseModel):
-        line = record.model_dump_json() + "\n"
-    else:
-        line = json.dumps(record, ensure_ascii=False) + "\n"
-    data = line.encode()
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        written = os.write(fd, data)
-        while written < len(data):  # a short write (rare) still lands in one piece on disk
-            written += os.write(fd, data[written:])
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def jsonl_lines(text: str) -> list[str]:
-    """The lines of JSONL text: split at ``\n`` only. ``str.splitlines`` also splits at
-    U+2028, U+0085 and other characters that JSON writers leave raw inside strings (a model
-    output holding one would tear its record in two)."""
-    return [line.removesuffix("\r") for line in text.split("\n")]
-
-
-def drop_torn_tail(path: str | Path) -> int:
-    """Cut a partial last line (a writer killed mid-write) so that the next append starts on a
-    line of its own; returns the bytes removed."""
-    p = Path(path)
-    if not p.is_file():
-        return 0
-    with p.open("rb+") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        if size == 0:
-            return 0
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return 0
-        f.seek(0)
-        keep = f.read().rfind(b"\n") + 1
-        f.truncate(keep)
-        return size - keep
 
 
 def read_jsonl(path: str | Path) -> Iterator[Trajectory]:

@@ -26,7 +26,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from astra_agent.errors import ConfigError
-from eval.results import EvalRecord, write_json_atomic
+from astra_agent.runio import write_json_atomic
+from eval.results import EvalRecord
 
 Kind = Literal["bfcl", "arenas"]
 Change = Literal[

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -20,7 +18,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from astra_agent.errors import ConfigError
 from astra_agent.model import ModelConfig
-from astra_agent.trajectory import FailureKind, drop_torn_tail, jsonl_lines
+from astra_agent.runio import (
+    differing_keys,
+    drop_torn_tail,
+    jsonl_lines,
+    probe_writable,
+    write_json_atomic,
+)
+from astra_agent.trajectory import FailureKind
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +78,6 @@ def model_fingerprint(config: ModelConfig, served_model: str) -> dict[str, Any]:
     return {"model": served_model, **sampling}
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` through a temp file and a rename: never half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def ensure_writable_dir(out: Path, what: str = "results") -> None:
     """Create ``out`` and prove a file can be written there, before any work starts."""
     if out.exists() and not out.is_dir():
@@ -89,8 +87,7 @@ def ensure_writable_dir(out: Path, what: str = "results") -> None:
         )
     try:
         out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".astra-write-check-"):
-            pass
+        probe_writable(out)
     except OSError as exc:
         raise ConfigError(
             f"cannot write {what} to {out}: {exc.strerror or exc}",
@@ -162,8 +159,7 @@ def prepare_results_dir(out: Path, meta: RunMeta, resume: bool, record: type[R])
 
 def _check_same_run(out: Path, old: RunMeta, new: RunMeta) -> None:
     if old.fingerprint != new.fingerprint:
-        keys = set(old.fingerprint) | set(new.fingerprint)
-        diff = sorted(k for k in keys if old.fingerprint.get(k) != new.fingerprint.get(k))
+        diff = differing_keys(old.fingerprint, new.fingerprint)
         raise ConfigError(
             f"{out} holds results of a different configuration ({', '.join(diff)} differ)",
             hint="use another --out",

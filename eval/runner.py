@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.errors import ServerError
 from astra_agent.model import ChatModel, ModelConfig
-from astra_agent.trajectory import append_jsonl
+from astra_agent.runio import append_jsonl, write_json_atomic
 from eval.results import (
     RESULTS,
     SUMMARY,
@@ -35,7 +35,6 @@ from eval.results import (
     model_fingerprint,
     prepare_results_dir,
     read_results,
-    write_json_atomic,
 )
 
 log = logging.getLogger(__name__)

@@ -27,6 +27,7 @@ import torch
 
 from astra_agent.config import check_writable
 from astra_agent.errors import CheckpointError, ConfigError
+from astra_agent.runio import fsync_dir, swap_into_place
 from serving.checkpoint import (
     HFCheckpoint,
     check_verl_actor,
@@ -44,9 +45,7 @@ from serving.safetensors_io import (
     checksum,
     checksums_of_tensors,
     convert_bytes,
-    fsync_dir,
     header_bytes,
-    swap_into_place,
 )
 
 log = logging.getLogger(__name__)

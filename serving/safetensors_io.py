@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import mmap
-import os
-import shutil
 import struct
 import warnings
 import zlib
@@ -192,21 +190,3 @@ def checksums_of_tensors(path: Path) -> dict[str, tuple[str, tuple[int, ...], in
     finally:
         mapped.close()
     return out
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def swap_into_place(ready: Path, dst: Path) -> None:
-    """Rename the finished directory ``ready`` to ``dst``, replacing an older ``dst`` only once
-    the new one is in place (a crash leaves the old or the new, never a mix)."""
-    old = dst.parent / f".{dst.name}.old-{os.getpid()}"
-    if dst.exists():
-        dst.rename(old)
-    ready.rename(dst)
-    shutil.rmtree(old, ignore_errors=True)

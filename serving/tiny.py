@@ -22,12 +22,12 @@ import itertools
 import json
 import logging
 import random
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
+from astra_agent.runio import building_dir
 
 log = logging.getLogger(__name__)
 
@@ -398,10 +398,7 @@ def build_tiny_checkpoint(
     out = Path(out)
     if out.exists() and not overwrite:
         raise ConfigError(f"{out} already exists", hint="pass --overwrite to replace it")
-    tmp = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with building_dir(out) as tmp:
         tokenizer = build_tokenizer(spec.seed, spec.vocab_size, spec.script)
         config = _config(spec, tokenizer)
         torch.manual_seed(spec.seed)
@@ -416,12 +413,6 @@ def build_tiny_checkpoint(
         _force_fp32_config(tmp / "config.json")
         if layout == "verl":
             _write_verl_layout(model, tmp, tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     n = sum(p.numel() for p in model.parameters())
     log.info("built tiny %s checkpoint (%d parameters) at %s", spec.behavior, n, out)
     return out

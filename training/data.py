@@ -35,8 +35,6 @@ import contextlib
 import hashlib
 import json
 import math
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +44,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from astra_agent.errors import AstraError, ConfigError
+from astra_agent.runio import creation_problem, file_sha256, write_atomic_with, write_text_atomic
 from training.data_readers import FORMATS_HINT, Candidate, Unreadable, read_inputs, tool_name
 from training.data_schema import conversation_problem
 from training.template import (
@@ -303,15 +302,6 @@ class _Builder:
 # ------------------------------------------------------------------ fingerprint and output
 
 
-def file_sha256(path: Path) -> str:
-    """A file's SHA-256, read in blocks."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def fingerprint(inputs: list[Path], options: DataOptions, tokenizer: Any) -> str:
     """What a build depends on: the inputs' bytes, the options, the tokenizer and template."""
     vocab = json.dumps(tokenizer.get_vocab(), sort_keys=True)
@@ -345,16 +335,11 @@ def _check_paths(inputs: list[Path], out: Path) -> None:
             raise ConfigError(f"input {path} cannot be read: {exc.strerror}") from None
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file, not a directory")
-    parent = out
-    while not parent.exists():  # the directory that mkdir(parents=True) would write into
-        parent = parent.parent
-    if not parent.is_dir():
+    parent, problem = creation_problem(out)
+    if isinstance(problem, NotADirectoryError):
         raise ConfigError(f"--out {out}: {parent} is a file, not a directory")
-    try:
-        with tempfile.TemporaryFile(dir=parent, prefix=".astra-write-check-"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"--out {out}: {parent} is not writable ({exc.strerror})") from None
+    if problem is not None:
+        raise ConfigError(f"--out {out}: {parent} is not writable ({problem.strerror})")
 
 
 def _check_out(out: Path, digest: str, overwrite: bool) -> None:
@@ -379,19 +364,6 @@ def _check_out(out: Path, digest: str, overwrite: bool) -> None:
             f"{out} is not empty and holds no SFT data build",
             hint="choose another --out, or pass --overwrite",
         )
-
-
-def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _write_text(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
 
 
 def _write_parquet(rows: list[_Built], path: Path) -> None:
@@ -421,11 +393,10 @@ def _write_outputs(
     lines = "".join(r.model_dump_json() + "\n" for r in rejections)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        _write_atomic(out / "sft.parquet", lambda p: _write_parquet(rows, p))
-        _write_atomic(out / "rejections.jsonl", lambda p: _write_text(p, lines))
+        write_atomic_with(out / "sft.parquet", lambda p: _write_parquet(rows, p))
+        write_text_atomic(out / "rejections.jsonl", lines)
         # stats.json last: it marks the build complete (and carries its fingerprint)
-        text = stats.model_dump_json(indent=2)
-        _write_atomic(out / "stats.json", lambda p: _write_text(p, text))
+        write_text_atomic(out / "stats.json", stats.model_dump_json(indent=2))
     except OSError as exc:  # the disk filled, or --out changed since it was checked
         raise AstraError(f"writing {out} failed: {exc}") from None
 

@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Sequence
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
+from astra_agent.runio import building_dir
 
 _PLAIN = re.compile(r"[\w./-]+")
 _NOT_A_STRING = re.compile(r"[-+]?(\d[\d_]*\.?\d*(e[-+]?\d+)?|\.\d+|inf|nan|null|true|false)", re.I)
@@ -105,25 +105,18 @@ def write_job_dir(
 ) -> None:
     """Write ``texts`` and parquet ``tables`` (relative paths) into a temporary sibling, then
     rename it over ``workdir``: a job directory is whole or absent."""
-    tmp = workdir.with_name(f".{workdir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name, text in texts.items():
-        (tmp / name).write_text(text, encoding="utf-8")
-    if tables:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    with building_dir(workdir) as tmp:
+        for name, text in texts.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        if tables:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
 
-        for name, rows in tables.items():
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(pa.Table.from_pylist(rows), tmp / name)
-    if (tmp / "launch.sh").exists():
-        (tmp / "launch.sh").chmod(0o755)
-    old = workdir.with_name(f".{workdir.name}.old-{os.getpid()}")
-    if workdir.exists():
-        workdir.rename(old)
-    tmp.rename(workdir)
-    shutil.rmtree(old, ignore_errors=True)
+            for name, rows in tables.items():
+                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(pa.Table.from_pylist(rows), tmp / name)
+        if (tmp / "launch.sh").exists():
+            (tmp / "launch.sh").chmod(0o755)
 
 
 def fingerprint_text(fingerprint: dict[str, Any]) -> str:

@@ -5,14 +5,13 @@ Every file is JSON Lines despite its ``.json`` name. Nothing is copied into this
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
-from astra_agent.trajectory import jsonl_lines
+from astra_agent.runio import read_json_lines
 
 PINNED = "2026.3.23"
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
@@ -37,7 +36,7 @@ def package_dir() -> Path:
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in jsonl_lines(path.read_text(encoding="utf-8")) if line]
+    return read_json_lines(path)
 
 
 @dataclass(frozen=True)

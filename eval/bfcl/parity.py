@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
-from astra_agent.trajectory import jsonl_lines
+from astra_agent.runio import read_json_lines
 from eval.bfcl.official import CATEGORIES, OFFICIAL_FC_MODEL, Entry, load_category
 
 _names = itertools.count()
@@ -178,9 +178,7 @@ def run_bfcl_evaluate(
         if run.returncode != 0 or not scores:
             tail = (run.stdout + run.stderr)[-1500:]
             raise ConfigError(f"official bfcl evaluate failed for {cat}:\n{tail}")
-        out[cat] = [
-            json.loads(x) for x in jsonl_lines(scores[0].read_text(encoding="utf-8")) if x.strip()
-        ]
+        out[cat] = read_json_lines(scores[0])
     return out
 
 

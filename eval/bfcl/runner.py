@@ -14,7 +14,7 @@ ends the turn with none of them run; tool results reach the model whole (long_co
 from __future__ import annotations
 
 import csv
-import os
+import io
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +25,7 @@ from pydantic import Field
 from astra_agent.episode import CallPolicy, EpisodeLimits, run_episode
 from astra_agent.errors import ConfigError
 from astra_agent.model import ChatModel
+from astra_agent.runio import write_text_atomic
 from astra_agent.trajectory import Trajectory
 from eval.bfcl.backend import BFCLEnvironment, decode_step
 from eval.bfcl.checker import check_entry
@@ -232,16 +233,13 @@ def write_leaderboard(out: Path, summary: dict[str, Any]) -> None:
     name = summary["model"]
     if summary.get("overall_partial"):
         name += f" [{overall_label(summary)}]"
-    tmp = out / "leaderboard.csv.tmp"
-    with tmp.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(cols)
-        w.writerow([name, summary["overall"], *(acc.get(c, "") for c in CATEGORIES)])
-        for model, row in PUBLISHED.items():
-            w.writerow(
-                [f"{model} (published)", row["overall"], *(row.get(c, "") for c in CATEGORIES)]
-            )
-    os.replace(tmp, out / "leaderboard.csv")
+    text = io.StringIO(newline="")
+    w = csv.writer(text)
+    w.writerow(cols)
+    w.writerow([name, summary["overall"], *(acc.get(c, "") for c in CATEGORIES)])
+    for model, row in PUBLISHED.items():
+        w.writerow([f"{model} (published)", row["overall"], *(row.get(c, "") for c in CATEGORIES)])
+    write_text_atomic(out / "leaderboard.csv", text.getvalue())
 
 
 async def evaluate_bfcl(

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
-from astra_agent.trajectory import jsonl_lines
+from astra_agent.runio import jsonl_lines, read_json_lines, write_lines_atomic, write_text_atomic
 from eval.bfcl.backend import decode_step
 from eval.bfcl.checker import TurnVerdict, check_entry
 from eval.bfcl.official import CATEGORIES, Entry, function_docs, load_category, package_dir
@@ -47,7 +46,7 @@ COLUMNS = ["Base", "Miss Func", "Miss Param", "Long Context"]
 def _prompts(category: str) -> dict[str, dict[str, Any]]:
     """The official prompt entries (as a score file shows them: without the function docs)."""
     path = package_dir() / "data" / f"BFCL_v4_multi_turn_{category}.json"
-    rows = [json.loads(x) for x in jsonl_lines(path.read_text(encoding="utf-8")) if x]
+    rows = read_json_lines(path)
     out = {}
     for r in rows:
         prompt = {k: v for k, v in r.items() if k != "function"}
@@ -165,11 +164,7 @@ def score_row(row: dict[str, Any], entry: Entry, model: str) -> dict[str, Any] |
 
 def _write_lines(path: Path, rows: list[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False, default=repr) + "\n")
-    os.replace(tmp, path)
+    write_lines_atomic(path, (json.dumps(r, ensure_ascii=False, default=repr) + "\n" for r in rows))
 
 
 def score_file(path: Path, category: str, model: str, score_dir: Path) -> dict[str, Any]:
@@ -228,7 +223,7 @@ def write_csv(score_dir: Path, models: dict[str, dict[str, Any]]) -> Path:
         cells = [_percent(s["accuracy"].get(c)) for c in CATEGORIES]
         lines.append(",".join([str(rank), model, _percent(s["overall"]), *cells]))
     path = score_dir / "data_multi_turn.csv"
-    path.write_text("\n".join(lines), encoding="utf-8")  # no final newline, as there
+    write_text_atomic(path, "\n".join(lines))  # no final newline, as there
     return path
 
 

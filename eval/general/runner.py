@@ -25,7 +25,6 @@ import asyncio
 import difflib
 import json
 import logging
-import os
 import time
 from collections import Counter
 from importlib import metadata
@@ -36,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from astra_agent.errors import AstraError, ConfigError, ServerError
 from astra_agent.model import ChatModel, ModelConfig
+from astra_agent.runio import write_json_atomic, write_lines_atomic
 from eval.general.scores import metric_names, number, summarize_tasks
 from eval.general.tasks import TASKS_DIR
 from eval.results import (
@@ -47,7 +47,6 @@ from eval.results import (
     ensure_writable_dir,
     model_fingerprint,
     prepare_results_dir,
-    write_json_atomic,
 )
 from eval.runner import EndpointDied
 
@@ -318,7 +317,7 @@ def _finish(
     t0: float,
 ) -> dict[str, Any]:
     """Write results.jsonl and summary.json; a task with no scored sample fails the run."""
-    _write_records(out / RESULTS, records)
+    write_lines_atomic(out / RESULTS, (r.model_dump_json() + "\n" for r in records))
     errors = Counter(r.task for r in records if r.error_kind is not None)
     summary = {
         **base,
@@ -469,12 +468,3 @@ def build_records(
             prompt = lm.prompts.get(key, "")
             records.append(_record(task, doc_id, by_doc[doc_id], gens, prompt, names))
     return records
-
-
-def _write_records(path: Path, records: list[GeneralRecord]) -> None:
-    """results.jsonl, whole: through a temp file and a rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for r in records:
-            f.write(r.model_dump_json() + "\n")
-    os.replace(tmp, path)

@@ -19,7 +19,6 @@ import gzip
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -32,6 +31,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from astra_agent.errors import ConfigError
+from astra_agent.runio import write_text_atomic
 from eval.report import charts
 from eval.report.blocks import Block, Entries, Page, Section
 from eval.report.curves import rl_section, sft_section
@@ -75,20 +75,13 @@ def check_target(out: Path, overwrite: bool) -> None:
 
 
 def write_atomic(out: Path, text: str) -> None:
-    """Write ``text`` to ``out`` through a temp file beside it and a rename."""
+    """Write ``text`` to ``out`` whole (:func:`astra_agent.runio.write_text_atomic`); a
+    directory or file that cannot be written is a ConfigError."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+        write_text_atomic(out, text)
     except OSError as exc:
         raise ConfigError(f"cannot write {out}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def render_report(runs: Sequence[Run], title: str | None = None) -> str:

@@ -11,11 +11,10 @@
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Protocol
 
+from astra_agent.runio import building_dir
 from training.rl.config import RLConfig
 from training.rl.generate import HFGenerator, TokenGenerator
 
@@ -69,11 +68,8 @@ class VLLMEngine:
     async def sync(self, model: Any, step: int) -> None:
         if step == self.synced:
             return
-        tmp = self.dir.with_name(f".{self.dir.name}.partial-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(str(tmp), safe_serialization=True)
-        shutil.rmtree(self.dir, ignore_errors=True)
-        tmp.rename(self.dir)
+        with building_dir(self.dir) as tmp:
+            model.save_pretrained(str(tmp), safe_serialization=True)
         await self.server.aload_weights(self.dir)
         self.synced = step
         log.debug("rollout weights of step %d loaded", step)

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,7 +28,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from astra_agent.errors import CheckpointError, ConfigError
-from astra_agent.trajectory import append_jsonl, drop_torn_tail, jsonl_lines
+from astra_agent.runio import (
+    append_jsonl,
+    building_dir,
+    config_differences,
+    drop_torn_tail,
+    file_sha256,
+    read_json_lines,
+    write_lines_atomic,
+    write_text_atomic,
+)
 from training.sft.config import SFTConfig
 
 RUN_FILE = "astra-sft.json"
@@ -138,16 +146,6 @@ def check_sft_parquet(paths: list[Path]) -> None:
 # ------------------------------------------------------------------ the run directory
 
 
-def _diff(old: Any, new: Any, prefix: str = "") -> list[str]:
-    if isinstance(old, Mapping) and isinstance(new, Mapping):
-        out: list[str] = []
-        for key in sorted(set(old) | set(new), key=str):
-            name = f"{prefix}.{key}" if prefix else str(key)
-            out += _diff(old.get(key, "<unset>"), new.get(key, "<unset>"), name)
-        return out
-    return [] if old == new else [f"{prefix} ({old!r} → {new!r})"]
-
-
 class InputDigests:
     """SHA-256 digests of input files and directories, reusing those of ``memo`` (``{absolute
     path: [size, mtime_ns, sha256]}``) for files whose size and modification time are
@@ -169,8 +167,6 @@ class InputDigests:
         elif known in self._process:
             sha = self._process[known]
         else:
-            from training.data import file_sha256
-
             sha = self._process[known] = file_sha256(path)
         self.seen[key] = [st.st_size, st.st_mtime_ns, sha]
         return sha
@@ -234,9 +230,7 @@ def write_run_file(cfg: Any, run_file: Path) -> None:
         "digest": hashlib.sha256(matched.encode()).hexdigest()[:16],
         "memo": digests.seen,
     }
-    tmp = run_file.with_name(f".{run_file.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(run_file)
+    write_text_atomic(run_file, json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
 def run_differences(run_file: Path, cfg: Any) -> list[str]:
@@ -254,9 +248,9 @@ def run_differences(run_file: Path, cfg: Any) -> list[str]:
         ) from None
     old_inputs = old.get("inputs")
     if not isinstance(old_inputs, dict):
-        return _diff(old_fp, new_fp)
+        return config_differences(old_fp, new_fp)
     names = _input_names(cfg)
-    changed = _diff(_without(old_fp, names), _without(new_fp, names))
+    changed = config_differences(_without(old_fp, names), _without(new_fp, names))
     new_inputs = _inputs(cfg, InputDigests(old.get("memo")))
     for name in names:
         if old_inputs.get(name) == new_inputs.get(name):
@@ -410,18 +404,11 @@ def converted_dir(cfg: Any) -> Path:
 def save_final(out: Path, save: Callable[[str], Any], tokenizer: Any, serving: str) -> Path:
     """``OUT/final/``: the model (``save(dir)`` writes it) in HF layout with the serving chat
     template: written into a temp dir, renamed into place."""
-    from serving.safetensors_io import swap_into_place
-
     final = out / FINAL_DIR
-    tmp = out / f".{FINAL_DIR}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with building_dir(final) as tmp:
         save(str(tmp))
         tokenizer.chat_template = serving
         tokenizer.save_pretrained(str(tmp))
-        swap_into_place(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
@@ -486,9 +473,7 @@ class MetricsLog:
             return
         drop_torn_tail(path)
         kept = [r for r in self.read(path) if int(r.get("step", 0)) <= resume_step]
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-        tmp.rename(path)
+        write_lines_atomic(path, (json.dumps(r) + "\n" for r in kept))
         if kept:
             self.totals = {k: v for k, v in kept[-1].items() if k.endswith("_total")}
 
@@ -496,7 +481,7 @@ class MetricsLog:
     def read(path: Path) -> list[dict[str, Any]]:
         if not path.is_file():
             return []
-        return [json.loads(line) for line in jsonl_lines(path.read_text(encoding="utf-8")) if line]
+        return read_json_lines(path)
 
     def append(self, record: dict[str, Any]) -> dict[str, Any]:
         """Add ``record`` (its ``*_total`` fields are running sums of the plain ones)."""
