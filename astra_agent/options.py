@@ -8,6 +8,7 @@ Each option defaults to ``None`` so that the one place that holds a default is t
 
 # No `from __future__ import annotations` here: typer evaluates string annotations in the
 # module's globals, where common_callback's closure (the CLI's name) is not visible.
+import difflib
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
@@ -194,63 +195,106 @@ def _field(model: type[BaseModel], dotted: str) -> FieldInfo:
     return model.model_fields[name]
 
 
+def _unknown_set_key(model: type[BaseModel], path: Sequence[str]) -> str | None:
+    """Why the dotted ``path`` names no key of ``model`` (None: it names one, or lies inside
+    a field that is not a section, such as a mapping)."""
+    node: Any = model
+    for i, part in enumerate(path):
+        if not (isinstance(node, type) and issubclass(node, BaseModel)):
+            return None
+        names = {a for n, f in node.model_fields.items() for a in (n, f.alias) if a}
+        if part not in names:
+            where = ".".join(path[:i]) or "the config"
+            close = difflib.get_close_matches(part, sorted(names), n=1)
+            return f"{where} has no key {part!r}" + (
+                f" (did you mean {close[0]!r}?)" if close else ""
+            )
+        field = next(f for n, f in node.model_fields.items() if part in (n, f.alias))
+        node = _flag_type(part, field.annotation)
+    return None
+
+
+def _check_set(
+    model: type[BaseModel], values: Mapping[str, Any], prefix: tuple[str, ...] = ()
+) -> None:
+    for key, value in values.items():
+        path = (*prefix, key)
+        why = _unknown_set_key(model, path)
+        if why:
+            raise ConfigError(f"--set {'.'.join(path)}: {why}")
+        if isinstance(value, dict) and value:
+            _check_set(model, value, path)
+
+
+def _param(name: str, annotation: Any) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation
+    )
+
+
+ENDPOINT_FLAGS = {
+    "base_url": BaseUrlOpt,
+    "model": ModelOpt,
+    "api_key": ApiKeyOpt,
+    "temperature": TemperatureOpt,
+}
+
+
 def config_flags(
     model: type[BaseModel],
     fields: Sequence[str],
     *,
     flags: Mapping[str, str] | None = None,
     helps: Mapping[str, str] | None = None,
+    endpoint: bool = False,
 ) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Give a typer command one option per field of ``model`` named in ``fields`` (its type,
     default and description are the model's; ``section.key`` names a field of a section, its
-    option is ``--key``), and ``--set KEY=VALUE``. The command itself takes ``overrides``: what
-    was given, as the mapping ``load_config`` takes.
+    option is ``--key``), and ``--set KEY=VALUE`` (a key the model does not have is an error,
+    even where the model keeps unknown keys). The command itself takes ``overrides``: what was
+    given, as the mapping ``load_config`` takes.
 
     ``flags`` renames a field's option (``train_files`` → ``train_file``, as a repeatable flag
-    reads); ``helps`` replaces a description that reads badly as help.
+    reads); ``helps`` replaces a description that reads badly as help; ``endpoint`` adds the
+    shared endpoint flags (``--base-url``, ``--model``, ``--api-key``, ``--temperature``) into
+    the ``model`` section.
     """
     flags, helps = dict(flags or {}), dict(helps or {})
+    names = {name: flags.get(name, name.rpartition(".")[2]) for name in fields}
 
     def decorate(fn: Callable[..., R]) -> Callable[..., R]:
         own = inspect.signature(fn, eval_str=True)
         kept = [p for p in own.parameters.values() if p.name != "overrides"]
-        generated = []
-        for name in fields:
+        generated = [_param(n, t) for n, t in ENDPOINT_FLAGS.items()] if endpoint else []
+        for name, flag in names.items():
             info = _field(model, name)
-            flag = flags.get(name, name.rpartition(".")[2])
             kind = _flag_type(name, info.annotation)
             option = typer.Option(help=_flag_help(info, helps.get(name)), show_default=False)
-            generated.append(
-                inspect.Parameter(
-                    flag,
-                    inspect.Parameter.KEYWORD_ONLY,
-                    default=None,
-                    annotation=Annotated[kind | None, option],
-                )
-            )
+            generated.append(_param(flag, Annotated[kind | None, option]))
         set_option = typer.Option("--set", help=SET_HELP, metavar="KEY=VALUE", show_default=False)
-        generated.append(
-            inspect.Parameter(
-                "set_",
-                inspect.Parameter.KEYWORD_ONLY,
-                default=None,
-                annotation=Annotated[list[str] | None, set_option],
-            )
-        )
+        generated.append(_param("set_", Annotated[list[str] | None, set_option]))
+        taken = [p.name for p in kept + generated]
+        if len(set(taken)) != len(taken):
+            raise TypeError(f"{fn.__name__}: two options named alike in {taken}")
 
         @functools.wraps(fn)
         def command(**kwargs: Any) -> R:
             overrides = parse_set(kwargs.pop("set_"))
-            for name in fields:
-                value = kwargs.pop(flags.get(name, name.rpartition(".")[2]))
-                if value is not None and value != []:
-                    *sections, key = name.split(".")
-                    node = overrides
-                    for section in sections:
-                        if not isinstance(node.get(section), dict):  # a flag wins over --set
-                            node[section] = {}
-                        node = node[section]
-                    node[key] = value
+            _check_set(model, overrides)
+            given = {name: kwargs.pop(flag) for name, flag in names.items()}
+            if endpoint:
+                endpoint_values = {k: kwargs.pop(k) for k in ENDPOINT_FLAGS}
+                given |= {f"model.{k}": v for k, v in model_overrides(**endpoint_values).items()}
+            for name, value in given.items():
+                if value is None or value == []:
+                    continue
+                *sections, key = name.split(".")
+                node = overrides
+                for section in sections:
+                    if not isinstance(node.get(section), dict):  # a flag wins over --set
+                        node[section] = {}
+                    node = node[section]
+                node[key] = value
             return fn(**kwargs, overrides=overrides)
 
         params = kept + generated

@@ -17,13 +17,8 @@ from astra_agent.config import load_config
 from astra_agent.console import cli_errors, console, err_console
 from astra_agent.errors import ConfigError
 from astra_agent.options import (
-    ApiKeyOpt,
-    BaseUrlOpt,
-    ModelOpt,
-    TemperatureOpt,
     common_callback,
     config_flags,
-    model_overrides,
 )
 from eval.runner import ProgressEvent
 
@@ -71,13 +66,6 @@ def _general_config() -> Any:
     return GeneralEvalConfig
 
 
-def _with_model(overrides: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
-    """``overrides`` with the shared endpoint flags added to its ``model`` section."""
-    section = overrides.get("model")
-    overrides["model"] = {**(section if isinstance(section, dict) else {}), **model}
-    return overrides
-
-
 @contextmanager
 def _progress(label: str, score: Callable[[Any], str]) -> Iterator[Callable[[Any], None]]:
     """The progress bar of a long eval: done/total (known before the first entry runs),
@@ -113,16 +101,9 @@ def _arena_score(records: list[Any]) -> str:
     _arenas_config(),
     ("data", *RUN_FLAGS, "limit", "limits.max_steps", "unsafe_no_sandbox"),
     helps={"limits.max_steps": "model calls per task"},
+    endpoint=True,
 )
-def arenas(
-    ctx: typer.Context,
-    base_url: BaseUrlOpt = None,
-    model: ModelOpt = None,
-    api_key: ApiKeyOpt = None,
-    temperature: TemperatureOpt = None,
-    *,
-    overrides: dict[str, Any],
-) -> None:
+def arenas(ctx: typer.Context, *, overrides: dict[str, Any]) -> None:
     """Run every task through the agent loop and score it with ASTRA's reward.
 
     Example: astra-eval arenas --data eval/arenas/data/heldout.jsonl --base-url
@@ -134,10 +115,7 @@ def arenas(
         raise typer.BadParameter("--data FILE is required (or use `arenas validate FILE`)")
     from eval.arenas.runner import evaluate_arenas
 
-    model_flags = model_overrides(base_url, model, api_key, temperature)
-    cfg = load_config(
-        _arenas_config(), None, _with_model(overrides, model_flags), env_prefix=ENV_PREFIX
-    )
+    cfg = load_config(_arenas_config(), None, overrides, env_prefix=ENV_PREFIX)
     with _progress("arenas", _arena_score) as hook:
         summary = asyncio.run(evaluate_arenas(cfg, hook))
     _print_arenas(summary)
@@ -219,13 +197,9 @@ def _names(flag: str, text: str, example: str) -> list[str]:
 
 @bfcl_app.callback(invoke_without_command=True)
 @cli_errors
-@config_flags(_bfcl_config(), ("limit", *RUN_FLAGS))
+@config_flags(_bfcl_config(), ("limit", *RUN_FLAGS), endpoint=True)
 def bfcl(
     ctx: typer.Context,
-    base_url: BaseUrlOpt = None,
-    model: ModelOpt = None,
-    api_key: ApiKeyOpt = None,
-    temperature: TemperatureOpt = None,
     categories: Annotated[
         str | None, typer.Option(help="Comma-separated (default: all four).", show_default=False)
     ] = None,
@@ -246,10 +220,7 @@ def bfcl(
         overrides["categories"] = _names("--categories", categories, "base,miss_func")
     if ids is not None:
         overrides["ids"] = _names("--ids", ids, "multi_turn_base_0")
-    model_flags = model_overrides(base_url, model, api_key, temperature)
-    cfg = load_config(
-        _bfcl_config(), None, _with_model(overrides, model_flags), env_prefix=ENV_PREFIX
-    )
+    cfg = load_config(_bfcl_config(), None, overrides, env_prefix=ENV_PREFIX)
     with _progress("bfcl", _bfcl_score) as hook:
         summary = asyncio.run(evaluate_bfcl(cfg, hook))
     _print_bfcl(summary)
@@ -424,12 +395,9 @@ def compare_cmd(
     ("include_path", "limit", "concurrency", "model.max_tokens", "out", "overwrite",
      "retry_errors"),
     helps={"model.max_tokens": "tokens per reply, thinking included (default: each task's own)"},
+    endpoint=True,
 )  # fmt: skip
 def general(
-    base_url: BaseUrlOpt = None,
-    model: ModelOpt = None,
-    api_key: ApiKeyOpt = None,
-    temperature: TemperatureOpt = None,
     tasks: Annotated[
         str | None,
         typer.Option(
@@ -455,10 +423,7 @@ def general(
         quiet_lm_eval()
     if tasks is not None:
         overrides["tasks"] = _names("--tasks", tasks, "astra_arith,gsm8k")
-    model_flags = model_overrides(base_url, model, api_key, temperature)
-    cfg = load_config(
-        _general_config(), None, _with_model(overrides, model_flags), env_prefix=ENV_PREFIX
-    )
+    cfg = load_config(_general_config(), None, overrides, env_prefix=ENV_PREFIX)
     err_console.print(f"general: {', '.join(cfg.tasks)} against {cfg.model.base_url}")
     summary = evaluate_general(cfg)
     table = Table(title=f"general: {summary['samples']} samples, model {summary['model']}")

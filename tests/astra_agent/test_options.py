@@ -267,3 +267,42 @@ def test_eval_flags_reach_their_config_sections(tmp_path: Path, monkeypatch: Any
     assert cfg.sandbox.processes == 8 and cfg.concurrency == 4
     result = runner.invoke(eval_app, ["arenas", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and "--data" in result.output
+
+
+class _Open(BaseModel):
+    """A config that keeps keys it does not know (as the agent's keeps `mcpServers`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    steps: int = 1
+    section: _Section = Field(default_factory=_Section)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+@pytest.mark.parametrize(
+    ("item", "needle"),
+    [
+        ("stepz=2", "the config has no key 'stepz' (did you mean 'steps'?)"),
+        ("section.thread=2", "section has no key 'thread' (did you mean 'threads'?)"),
+        ("section.threads.x=2", None),  # below a plain field: the model's own check
+        ("extra.anything.goes=1", None),  # inside a mapping: any key
+    ],
+)
+def test_set_refuses_a_key_the_model_lacks_even_where_it_keeps_unknown_keys(
+    item: str, needle: str | None
+) -> None:
+    seen: list[_Open] = []
+    app = typer.Typer()
+
+    @app.command()
+    @cli_errors
+    @config_flags(_Open, ["steps"])
+    def go(*, overrides: Any) -> None:
+        seen.append(load_config(_Open, None, overrides, environ={}))
+
+    result = runner.invoke(app, ["--set", item])
+    if needle is None:
+        assert f"--set {item.split('=')[0]}:" not in result.output
+        return
+    assert result.exit_code == 2 and not seen
+    assert f"--set {item.split('=')[0]}: {needle}" in " ".join(result.output.split())
