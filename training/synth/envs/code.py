@@ -52,7 +52,6 @@ from training.synth.envs.sandboxed import (
     cut,
     require_sandbox,
 )
-from training.synth.envs.scripted_code import scripted_reply
 from training.synth.runner import (
     StageContext,
     TeacherStage,
@@ -73,7 +72,7 @@ from training.synth.stage import (
 )
 from training.synth.teacher import TeacherRejected
 
-__all__ = ["EnvCodeConfig", "EnvCodeStats", "EnvRecord", "scripted_reply", "synth_env_code"]
+__all__ = ["EnvCodeConfig", "EnvCodeStats", "EnvRecord", "synth_env_code"]
 
 STAGE = "env_code"
 ENVS_FILE = "envs.jsonl"

@@ -66,7 +66,6 @@ from training.synth.envs.records import (
     structure_problem,
     topological_order,
 )
-from training.synth.envs.scripted_chains import scripted_reply
 from training.synth.envs.sources import DomainSpec, SeedQuestion, Slot, read_sources
 from training.synth.runner import (
     ScoreStats,
@@ -90,7 +89,6 @@ __all__ = [
     "SeedQuestion",
     "chain_problem",
     "low_scores",
-    "scripted_reply",
     "synth_decompose",
 ]
 

@@ -19,18 +19,13 @@ reason), ``edge_confirm:<problem>`` (no usable reply for the batch; raw kept),
 ``not_json`` / ``bad_record``; ``stats.json`` (:class:`ConfirmStats`, ``stage: graph`` so that
 later stages take the directory for a graph, ``check: confirm``). ``synth chains`` walks only
 the edges not marked ``confirmed: false``.
-
-The scripted teacher's rules for this stage's template and for ``chain_vote`` /
-``back_translate`` (:mod:`training.synth.tools.chain_checks`) live here: :func:`scripted_reply`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -348,89 +343,3 @@ def _count(
     stats.by_rule = dict(sorted(rules.items()))
     stats.isolated = [n.id for n in out if not n.in_degree and not n.out_degree]
     return out
-
-
-# ------------------------------------------------------------------ the scripted teacher
-
-EDGES_LINE = r"^Edges \(JSON, numbered\): (.*)$"
-OFFERED_LINE = r"^Tools offered \(JSON\): (.*)$"
-
-
-@dataclass(frozen=True)
-class ScriptedPlants:
-    """For tests: where the scripted teacher departs from its rules. ``refuse``: edges
-    (``A->B``, pool ids) it says no to; ``short``: edges whose batch gets one verdict too few
-    (every attempt); ``vote_no``: tool names, a chain holding one is voted out; ``garble``:
-    tool names, the vote on a chain holding one is of the wrong type (every attempt);
-    ``predict``: a back-translation answer (tool names) for a request containing the key."""
-
-    refuse: frozenset[str] = frozenset()
-    short: frozenset[str] = frozenset()
-    vote_no: frozenset[str] = frozenset()
-    garble: frozenset[str] = frozenset()
-    predict: Mapping[str, Sequence[str]] = field(default_factory=dict)
-
-
-PLANTS = ScriptedPlants()
-
-
-@contextlib.contextmanager
-def planted(plants: ScriptedPlants) -> Iterator[ScriptedPlants]:
-    """Answer with ``plants`` inside (the scripted server runs in this process's threads)."""
-    global PLANTS
-    before, PLANTS = PLANTS, plants
-    try:
-        yield plants
-    finally:
-        PLANTS = before
-
-
-def _json_line(pattern: str, text: str, default: str) -> Any:
-    from training.synth.scripted import _line
-
-    return json.loads(_line(re.compile(pattern, re.MULTILINE), text) or default)
-
-
-def scripted_reply(name: str, prompt_text: str) -> dict[str, Any]:
-    """The scripted teacher's rules (tests): every proposed edge consumes, every chain is
-    sensible, and a request is translated back by finding, in order of appearance, the first
-    clause of each offered tool's description (the clauses the scripted ``tasks`` rule writes
-    its questions from; of tools with the same clause, the first name in sorting order) —
-    except where :data:`PLANTS` says otherwise."""
-    from training.synth.scripted import CHAIN_LINE, REQUEST_LINE, _clause
-
-    plants = PLANTS
-    if name == CONFIRM:
-        edges = _json_line(EDGES_LINE, prompt_text, "[]")
-        verdicts = []
-        for e in edges:
-            eid = f"{e['source']}->{e['target']}"
-            ok = eid not in plants.refuse
-            why = "its result supplies " if ok else "planted: it does not supply "
-            verdicts.append({"edge": e["n"], "consumes": ok,
-                             "reason": why + ", ".join(e["params"])})  # fmt: skip
-        if any(f"{e['source']}->{e['target']}" in plants.short for e in edges):
-            verdicts = verdicts[:-1]
-        return {"verdicts": verdicts}
-    if name == "chain_vote":
-        tools = _json_line(CHAIN_LINE.pattern, prompt_text, "[]")
-        if any(t["name"] in plants.garble for t in tools):
-            return {"sensible": "perhaps", "reason": "planted"}
-        out = [t["name"] for t in tools if t["name"] in plants.vote_no]
-        if out:
-            return {"sensible": False, "reason": f"planted: {out[0]} does not belong"}
-        return {"sensible": True, "reason": "each step uses what the one before returns"}
-    if name == "back_translate":
-        question = _json_line(REQUEST_LINE.pattern, prompt_text, '""')
-        offered = _json_line(OFFERED_LINE, prompt_text, "[]")
-        for key, names in plants.predict.items():
-            if key in question:
-                return {"tools": list(names), "reason": "planted"}
-        low = question.lower()
-        found: dict[int, str] = {}
-        for t in sorted(offered, key=lambda t: t["name"]):
-            at = low.find(_clause(str(t.get("description") or "")).lower())
-            if at >= 0:
-                found.setdefault(at, t["name"])
-        return {"tools": [found[at] for at in sorted(found)], "reason": "found by rule"}
-    raise ValueError(f"no scripted rule for {name!r} here")

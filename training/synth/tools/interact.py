@@ -66,16 +66,9 @@ from training.synth.tools.environments import (
     TaskTools,
 )
 from training.synth.tools.pool import ToolRecord, read_tools
-from training.synth.tools.scripted_agent import scripted_agent, scripted_reply
 from training.synth.tools.tasks import TASKS_FILE, TaskRecord
 
-__all__ = [
-    "InteractConfig",
-    "InteractStats",
-    "scripted_agent",
-    "scripted_reply",
-    "synth_interact",
-]
+__all__ = ["InteractConfig", "InteractStats", "synth_interact"]
 
 STAGE = "interact"
 INTERACTIONS_FILE = "interactions.jsonl"

@@ -23,7 +23,6 @@ scores), ``trajectory_judge:<problem>`` (no usable reply in ``max_attempts`` tri
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -73,7 +72,6 @@ DIMENSIONS: tuple[Dimension, ...] = (
     "result_use",
     "query_understanding",
 )
-CALLS_LINE = re.compile(r"^Calls \(JSON, in order\): (.*)$", re.MULTILINE)
 
 
 class TrajectoryScores(BaseModel):
@@ -176,24 +174,6 @@ def transcript(traj: Trajectory, result_chars: int, reasoning_chars: int) -> dic
         "final_answer": traj.final_answer,
         "calls_json": json.dumps(calls, ensure_ascii=False),
     }  # fmt: skip
-
-
-def scripted_reply(name: str, prompt_text: str) -> dict[str, Any]:
-    """The scripted teacher's rule (tests): ``call_success`` 5 when every call succeeded, 4
-    when each failed tool later succeeded, else 2; ``call_conciseness`` 5 without repeated
-    tools, else 4; the other criteria 4."""
-    if name != JUDGE:
-        raise ValueError(f"no scripted rule for {name!r} here")
-    found = CALLS_LINE.findall(prompt_text)
-    calls = json.loads(found[-1]) if found else []
-    failed = {c["name"] for c in calls if not c["ok"]}
-    recovered = all(any(c["ok"] and c["name"] == n for c in calls) for n in failed)
-    names = [c["name"] for c in calls]
-    scores = dict.fromkeys(DIMENSIONS, 4)
-    scores["call_success"] = 5 if not failed else 4 if recovered else 2
-    scores["call_conciseness"] = 5 if len(set(names)) == len(names) else 4
-    reply: dict[str, Any] = {str(k): v for k, v in scores.items()}
-    return reply | {"reason": "scored by rule"}
 
 
 # ------------------------------------------------------------------ the stage
