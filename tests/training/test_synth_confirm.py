@@ -26,8 +26,8 @@ from training.cli import app as train_app
 from training.synth.stage import JOURNAL, UnitsFailed
 from training.synth.teacher import ReplyError, parse_reply
 from training.synth.testing import Plant, ScriptedPlants, ScriptedTeacher, scripted_teacher_server
-from training.synth.tools.chain_checks import CheckChainsConfig, synth_check_chains
 from training.synth.tools.chains import ChainOptions, ToolChain, sample_chains
+from training.synth.tools.check_chains import CheckChainsConfig, synth_check_chains
 from training.synth.tools.confirm import ConfirmConfig, synth_confirm, verdicts_schema
 from training.synth.tools.graph import build_graph
 from training.synth.tools.pool import ToolRecord, build_pool

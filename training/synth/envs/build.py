@@ -61,8 +61,7 @@ from training.synth.stage import (
     code_version,
     fingerprint,
     input_files,
-    read_records,
-    read_stats,
+    read_stage_output,
     run_units,
 )
 
@@ -136,28 +135,6 @@ def heldout_ids(ids: Sequence[str], fraction: float, seed: int) -> set[str]:
     k = min(len(ids) - 1, max(1, round(fraction * len(ids))))
     ranked = sorted(ids, key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).hexdigest())
     return set(ranked[:k])
-
-
-def read_envs(paths: Sequence[Path]) -> tuple[list[EnvRecord], list[Rejection], list[Path]]:
-    """The records of ``synth env-code`` directories (checked complete) or JSONL files, each
-    id once (``duplicate_record`` otherwise); and the files read."""
-    records: dict[str, EnvRecord] = {}
-    rejected: list[Rejection] = []
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            read_stats(path, ENV_CODE_STAGE)
-            path = path / ENVS_FILE
-        files.append(path)
-        got, bad = read_records(path, EnvRecord, STAGE)
-        rejected += bad
-        for line, r in got:
-            if r.id in records:
-                rejected.append(Rejection(stage=STAGE, source=f"{path}:{line}", id=r.id,
-                                          reason="duplicate_record"))  # fmt: skip
-            else:
-                records[r.id] = r
-    return list(records.values()), rejected, files
 
 
 def _entry(record: str, tool: EnvTool) -> Entry:
@@ -252,9 +229,13 @@ async def build_arenas(cfg: ArenaConfig, progress: Progress | None = None) -> Ar
     """Arena records of the environments of ``cfg.envs`` (this shard's) into ``cfg.out``."""
     require_sandbox()
     shard = Shard.parse(cfg.shard)
-    envs, rejected, files = read_envs(cfg.envs)
+    got = read_stage_output(
+        cfg.envs, EnvRecord, stage=STAGE, producer=ENV_CODE_STAGE, file=ENVS_FILE,
+        duplicate="duplicate_record",
+    )  # fmt: skip
+    envs, rejected = [e for _, e in got.records], got.rejected
     selected = [e for e in envs if shard.holds(e.id)]
-    inputs = input_files(files)
+    inputs = input_files(got.files)
     params = cfg.params()
     run_id = fingerprint(STAGE, inputs, params)
     run = StageRun(
