@@ -45,30 +45,35 @@ S = TypeVar("S", bound="TeacherStageStats")
 U = TypeVar("U")
 
 
-class TeacherStageConfig(BaseModel):
-    """What every teacher stage takes besides its inputs and its own parameters (``PARAMS``:
-    the fields its results depend on, fingerprinted and kept in ``stats.json``)."""
+class StageConfig(BaseModel):
+    """What every stage run over units takes besides its inputs and its own parameters
+    (``PARAMS``: the fields its results depend on, fingerprinted and kept in ``stats.json``)."""
 
     model_config = ConfigDict(extra="forbid")
     PARAMS: ClassVar[tuple[str, ...]] = ()
 
     out: Path
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     concurrency: int = Field(8, ge=1, description="units at once")
     shard: str | None = Field(None, description="i/N: the units whose key hashes to i")
-    max_connection_failures: int = Field(5, ge=1)
     resume: bool = False
     overwrite: bool = False
 
     @model_validator(mode="after")
-    def _shard(self) -> TeacherStageConfig:
+    def _shard(self) -> StageConfig:
         Shard.parse(self.shard)
         return self
 
     def params(self) -> dict[str, Any]:
-        """What the results depend on (the teacher's part is added by the run)."""
+        """What the results depend on (a teacher stage's run adds the teacher's part)."""
         return {**self.model_dump(mode="json", include=set(self.PARAMS)), "shard": self.shard}
+
+
+class TeacherStageConfig(StageConfig):
+    """What every teacher stage takes: a stage's, the endpoint and the teacher."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
+    max_connection_failures: int = Field(5, ge=1)
 
 
 class TeacherStageStats(StageStats):

@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.arena import ArenaEnvironment, parse_record
 from astra_agent.sandbox import SandboxLimits
@@ -50,6 +50,7 @@ from training.synth.envs.code import ENVS_FILE, EnvRecord
 from training.synth.envs.code import STAGE as ENV_CODE_STAGE
 from training.synth.envs.distract import DistractorIndex, Entry, Pick
 from training.synth.envs.sandboxed import EnvTool, cut, require_sandbox
+from training.synth.runner import StageConfig
 from training.synth.stage import (
     Progress,
     Provenance,
@@ -72,13 +73,12 @@ HELDOUT_FILE = "heldout.jsonl"
 Split = Literal["train", "heldout"]
 
 
-class ArenaConfig(BaseModel):
+class ArenaConfig(StageConfig):
     """``astra-train synth arenas``."""
 
-    model_config = ConfigDict(extra="forbid")
+    PARAMS = ("near", "far", "near_pool", "far_ratio", "heldout", "seed", "sandbox")
 
     envs: list[Path] = Field(min_length=1, description="`synth env-code` outputs or JSONL files")
-    out: Path
     near: int = Field(2, ge=0, description="distractors from the near band")
     far: int = Field(1, ge=0, description="distractors from the far band")
     near_pool: int = Field(10, ge=1, description="the near band: this many best-ranked")
@@ -87,18 +87,6 @@ class ArenaConfig(BaseModel):
     seed: int = 0
     sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
     concurrency: int = Field(4, ge=1, description="records validated at once")
-    shard: str | None = Field(None, description="i/N: the records whose id hashes to i")
-    resume: bool = False
-    overwrite: bool = False
-
-    @model_validator(mode="after")
-    def _shard(self) -> ArenaConfig:
-        Shard.parse(self.shard)
-        return self
-
-    def params(self) -> dict[str, Any]:
-        keep = {"near", "far", "near_pool", "far_ratio", "heldout", "seed", "sandbox", "shard"}
-        return self.model_dump(mode="json", include=keep)
 
 
 class ArenaRecordOut(BaseModel):

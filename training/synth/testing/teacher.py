@@ -20,9 +20,6 @@ a :class:`Plant`'s, for one chain and mode) to a tolerated shape (``fenced``, ``
 ``prose``) or a malformed / hostile one (see :data:`OutputKind`) for the first ``times``
 attempts of each question (a retry is a request with more than one user message); a plant can
 also put its own question or scores in. ``delay_s`` slows every reply (kill tests).
-
-    python -m astra_agent.testing.scripted_server --port 8013 \\
-        --script training.synth.testing:script
 """
 
 from __future__ import annotations
