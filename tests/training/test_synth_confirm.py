@@ -23,18 +23,12 @@ from astra_agent.errors import ConfigError
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from tests.conftest import kill_after_records
 from training.cli import app as train_app
-from training.synth.scripted import Plant, ScriptedTeacher, scripted_teacher_server
 from training.synth.stage import JOURNAL, UnitsFailed
 from training.synth.teacher import ReplyError, parse_reply
-from training.synth.tools.chain_checks import CheckChainsConfig, synth_check_chains
+from training.synth.testing import Plant, ScriptedPlants, ScriptedTeacher, scripted_teacher_server
 from training.synth.tools.chains import ChainOptions, ToolChain, sample_chains
-from training.synth.tools.confirm import (
-    ConfirmConfig,
-    ScriptedPlants,
-    planted,
-    synth_confirm,
-    verdicts_schema,
-)
+from training.synth.tools.check_chains import CheckChainsConfig, synth_check_chains
+from training.synth.tools.confirm import ConfirmConfig, synth_confirm, verdicts_schema
 from training.synth.tools.graph import build_graph
 from training.synth.tools.pool import ToolRecord, build_pool
 from training.synth.tools.tasks import TasksConfig, synth_tasks
@@ -124,7 +118,8 @@ async def test_the_teacher_checks_filter_the_graph_and_the_chains(
     # the request written for list_berrys → list_cherrys names them the other way round
     swapped = Plant("list_berrys", "diverse", question="Here is what I am after today: list "
                     "cherrys, then list berrys. What do I end up with?")  # fmt: skip
-    with planted(plants), scripted_teacher_server(ScriptedTeacher(plants=[swapped]), MODEL) as srv:
+    teacher = ScriptedTeacher(plants=[swapped], checks=plants)
+    with scripted_teacher_server(teacher, MODEL) as srv:
         cfg = confirm_cfg(graph, tmp_path / "confirmed", srv.base_url)
         stats = await synth_confirm(cfg)  # the pool: the one graph's stats.json names
         asked = [r["messages"][0]["content"] for r in srv.requests]
@@ -338,16 +333,15 @@ async def test_check_chains_offers_the_servers_tools_and_keeps_exact_matches(
 ) -> None:
     chains, pool = write_chains(tmp_path)
     srv = teacher_server
-    srv.set_script(ScriptedTeacher(plants=[Plant("order_plums", template="tasks",
-                                                 output="not_json")]))  # fmt: skip
-    srv.requests.clear()
     plants = ScriptedPlants(
         garble=frozenset({"paint_fence"}),
         predict={"ship a crate to a customer, and finally": ["ship_crate", "teleport_plums"]},
     )
-    with planted(plants):
-        cfg = check_cfg(chains, pool, tmp_path / "out", srv.base_url, max_offered=3, seed=5)
-        stats = await synth_check_chains(cfg)
+    srv.set_script(ScriptedTeacher(plants=[Plant("order_plums", template="tasks",
+                                                 output="not_json")], checks=plants))  # fmt: skip
+    srv.requests.clear()
+    cfg = check_cfg(chains, pool, tmp_path / "out", srv.base_url, max_offered=3, seed=5)
+    stats = await synth_check_chains(cfg)
     kept = {c["id"]: c for c in read(cfg.out / "chains.jsonl")}
     rejected = {r["id"]: r for r in read(cfg.out / "rejections.jsonl")}
     assert set(kept) == {"c-ok", "c-cross"}
@@ -379,12 +373,11 @@ async def test_check_chains_offers_the_servers_tools_and_keeps_exact_matches(
 async def test_k_votes_and_a_threshold(tmp_path: Path, teacher_server: ScriptedServer) -> None:
     chains, pool = write_chains(tmp_path)
     srv = teacher_server
-    srv.set_script(ScriptedTeacher())
+    srv.set_script(ScriptedTeacher(checks=ScriptedPlants(vote_no=frozenset({"peel_pear"}))))
     srv.requests.clear()
-    with planted(ScriptedPlants(vote_no=frozenset({"peel_pear"}))):
-        cfg = check_cfg(chains, pool, tmp_path / "out", srv.base_url, votes=3,
-                        back_translate=False)  # fmt: skip
-        stats = await synth_check_chains(cfg)
+    cfg = check_cfg(chains, pool, tmp_path / "out", srv.base_url, votes=3,
+                    back_translate=False)  # fmt: skip
+    stats = await synth_check_chains(cfg)
     assert len(srv.requests) == 3 * 6  # six chains in the pool, no back-translation
     assert stats.kept == 5 and stats.voted_out == 1 and (stats.votes_yes, stats.votes_no) == (15, 3)
     kept = read(cfg.out / "chains.jsonl")

@@ -22,8 +22,8 @@ from training.synth.cli import synth_app
 from training.synth.envs.build import arena_record
 from training.synth.envs.code import EnvRecord, EnvStep, synth_env_code
 from training.synth.envs.sandboxed import EnvTool, probe_arguments
-from training.synth.scripted import ScriptedTeacher, scripted_teacher_server
 from training.synth.stage import Provenance
+from training.synth.testing import ScriptedTeacher, scripted_teacher_server
 
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")
 

@@ -22,8 +22,8 @@ from astra_agent.errors import ConfigError
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from tests.conftest import kill_after_records
 from training.cli import app as train_app
-from training.synth.scripted import ScriptedTeacher, scripted_teacher_server
 from training.synth.stage import JOURNAL, UnitsFailed
+from training.synth.testing import ScriptedTeacher, scripted_teacher_server
 from training.synth.tools.environments import injected
 from training.synth.tools.interact import InteractConfig, synth_interact
 from training.synth.tools.judge import DIMENSIONS, JudgeConfig, synth_judge

@@ -20,21 +20,19 @@ from astra_agent.errors import ConfigError
 from astra_agent.model import ChatModel, ModelConfig
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from tests.conftest import kill_after_records
-from training.synth.scripted import Plant, ScriptedTeacher, scripted_teacher_server
 from training.synth.stage import JOURNAL, Shard, UnitsFailed
 from training.synth.teacher import ReplyError, Teacher, TeacherConfig, TeacherRejected, parse_reply
+from training.synth.testing import Plant, ScriptedTeacher, scripted_teacher_server
+from training.synth.text import NearDuplicates, signature, similarity
 from training.synth.tools.chains import ToolChain
 from training.synth.tools.pool import ToolRecord
 from training.synth.tools.tasks import (
     JudgeScores,
-    NearDuplicates,
     Question,
     TasksConfig,
     bfcl_index,
     bfcl_questions,
     named_tool,
-    signature,
-    similarity,
     synth_tasks,
 )
 

@@ -876,7 +876,7 @@ def check_chains(
     """
     import asyncio
 
-    from training.synth.tools.chain_checks import CheckChainsConfig, synth_check_chains
+    from training.synth.tools.check_chains import CheckChainsConfig, synth_check_chains
 
     overrides = {
         "out": out,

@@ -126,14 +126,15 @@ _CODE_VERSION: str | None = None
 
 
 def code_version() -> str:
-    """The package version and a digest of the stages' code (this module, ``synth/tools``,
-    ``synth/envs``)."""
+    """The package version and a digest of the stages' code (this module, the runner, the
+    shared text helpers, ``synth/tools``, ``synth/envs``; not the test doubles of
+    ``synth/testing``)."""
     global _CODE_VERSION
     if _CODE_VERSION is None:
         h = hashlib.sha256()
         root = Path(__file__).parent
         stages = [*sorted((root / "tools").glob("*.py")), *sorted((root / "envs").glob("*.py"))]
-        for path in [Path(__file__), *stages]:
+        for path in [Path(__file__), root / "runner.py", root / "text.py", *stages]:
             h.update(path.relative_to(root).as_posix().encode())
             h.update(path.read_bytes())
         _CODE_VERSION = f"{version()}+synth.{h.hexdigest()[:10]}"
@@ -184,6 +185,14 @@ def write_atomic(path: Path, lines: Iterable[str]) -> None:
 def jsonl(records: Iterable[BaseModel]) -> Iterable[str]:
     for r in records:
         yield r.model_dump_json() + "\n"
+
+
+def check_out(out: Path, inputs: Sequence[Path], flag: str) -> None:
+    """Refuse an ``--out`` that is also one of the stage's inputs."""
+    resolved = out.resolve()
+    for p in inputs:
+        if p.resolve() == resolved:
+            raise ConfigError(f"--out {out} is also a {flag}", hint="write into another directory")
 
 
 def read_stats(directory: Path, stage: str) -> dict[str, Any]:
@@ -420,6 +429,58 @@ def read_records(
     return kept, rejected
 
 
+# ------------------------------------------------------------------ reading an earlier stage
+
+
+@dataclass
+class StageInput(Generic[R]):
+    records: list[tuple[str, R]]  # (file:line, record), each id once
+    rejected: list[Rejection]
+    files: list[Path]  # the files read, in order
+
+
+def read_stage_output(
+    paths: Sequence[Path],
+    model: type[R],
+    *,
+    stage: str,
+    producer: str,
+    file: str,
+    duplicate: str | None = None,
+    check: Callable[[R], tuple[str, str] | None] | None = None,
+    say_where: bool = False,
+) -> StageInput[R]:
+    """The records of ``producer`` output directories (checked complete: their ``file``) or
+    JSONL files, read for ``stage``. Lines that are not records are rejected (``not_json``,
+    ``bad_record``), so are those ``check`` refuses (its reason and detail); a repeated id is
+    rejected as ``duplicate`` (where it was first, with ``say_where``), or dropped when None."""
+    got: StageInput[R] = StageInput([], [], [])
+    kept: dict[str, tuple[str, R]] = {}
+    for path in paths:
+        if path.is_dir():
+            read_stats(path, producer)
+            path = path / file
+        got.files.append(path)
+        records, bad = read_records(path, model, stage)
+        got.rejected += bad
+        for line, rec in records:
+            where, rid = f"{path}:{line}", str(rec.id)  # type: ignore[attr-defined]
+            problem = check(rec) if check is not None else None
+            if problem is None and rid in kept:
+                if duplicate is None:
+                    continue
+                problem = (duplicate, f"also at {kept[rid][0]}" if say_where else "")
+            if problem is not None:
+                reason, detail = problem
+                got.rejected.append(
+                    Rejection(stage=stage, source=where, id=rid, reason=reason, detail=detail)
+                )
+            else:
+                kept[rid] = (where, rec)
+    got.records = list(kept.values())
+    return got
+
+
 # ------------------------------------------------------------------ units run concurrently
 
 U = TypeVar("U")
@@ -533,47 +594,3 @@ async def run_units(
             hint="rerun with --resume to do the rest",
         )
     return state.ran
-
-
-def usage_totals(run: StageRun[Any]) -> dict[str, TokenCount]:
-    """Teacher tokens of every committed unit (an earlier, interrupted run's too), by prompt."""
-    totals: dict[str, TokenCount] = {}
-    for unit in run.units.values():
-        for ref, count in unit.usage.items():
-            totals.setdefault(ref, TokenCount()).add(count)
-    return dict(sorted(totals.items()))
-
-
-class ScoreStats(BaseModel):
-    """One score's distribution over everything judged, and over what was kept."""
-
-    judged: int = 0
-    mean: float | None = None
-    histogram: dict[str, int] = Field(default_factory=dict)  # value → count, judged
-    kept: int = 0
-    kept_mean: float | None = None
-
-
-def score_stats(
-    judged: Iterable[Mapping[str, float]], kept: Iterable[Mapping[str, float]]
-) -> dict[str, ScoreStats]:
-    """Per score name: histogram and mean of ``judged`` (kept and rejected alike: what a user
-    calibrates thresholds on) and the mean of ``kept``."""
-    out: dict[str, ScoreStats] = {}
-    for scores in judged:
-        for name, value in scores.items():
-            s = out.setdefault(name, ScoreStats())
-            label = f"{value:g}"
-            s.histogram[label] = s.histogram.get(label, 0) + 1
-            s.mean = ((s.mean or 0.0) * s.judged + value) / (s.judged + 1)
-            s.judged += 1
-    for scores in kept:
-        for name, value in scores.items():
-            s = out.setdefault(name, ScoreStats())
-            s.kept_mean = ((s.kept_mean or 0.0) * s.kept + value) / (s.kept + 1)
-            s.kept += 1
-    for s in out.values():
-        s.histogram = dict(sorted(s.histogram.items(), key=lambda kv: float(kv[0])))
-        s.mean = None if s.mean is None else round(s.mean, 3)
-        s.kept_mean = None if s.kept_mean is None else round(s.kept_mean, 3)
-    return dict(sorted(out.items()))

@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.arena import ArenaEnvironment, parse_record
 from astra_agent.sandbox import SandboxLimits
@@ -50,6 +50,7 @@ from training.synth.envs.code import ENVS_FILE, EnvRecord
 from training.synth.envs.code import STAGE as ENV_CODE_STAGE
 from training.synth.envs.distract import DistractorIndex, Entry, Pick
 from training.synth.envs.sandboxed import EnvTool, cut, require_sandbox
+from training.synth.runner import StageConfig
 from training.synth.stage import (
     Progress,
     Provenance,
@@ -61,8 +62,7 @@ from training.synth.stage import (
     code_version,
     fingerprint,
     input_files,
-    read_records,
-    read_stats,
+    read_stage_output,
     run_units,
 )
 
@@ -73,13 +73,12 @@ HELDOUT_FILE = "heldout.jsonl"
 Split = Literal["train", "heldout"]
 
 
-class ArenaConfig(BaseModel):
+class ArenaConfig(StageConfig):
     """``astra-train synth arenas``."""
 
-    model_config = ConfigDict(extra="forbid")
+    PARAMS = ("near", "far", "near_pool", "far_ratio", "heldout", "seed", "sandbox")
 
     envs: list[Path] = Field(min_length=1, description="`synth env-code` outputs or JSONL files")
-    out: Path
     near: int = Field(2, ge=0, description="distractors from the near band")
     far: int = Field(1, ge=0, description="distractors from the far band")
     near_pool: int = Field(10, ge=1, description="the near band: this many best-ranked")
@@ -88,18 +87,6 @@ class ArenaConfig(BaseModel):
     seed: int = 0
     sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
     concurrency: int = Field(4, ge=1, description="records validated at once")
-    shard: str | None = Field(None, description="i/N: the records whose id hashes to i")
-    resume: bool = False
-    overwrite: bool = False
-
-    @model_validator(mode="after")
-    def _shard(self) -> ArenaConfig:
-        Shard.parse(self.shard)
-        return self
-
-    def params(self) -> dict[str, Any]:
-        keep = {"near", "far", "near_pool", "far_ratio", "heldout", "seed", "sandbox", "shard"}
-        return self.model_dump(mode="json", include=keep)
 
 
 class ArenaRecordOut(BaseModel):
@@ -136,28 +123,6 @@ def heldout_ids(ids: Sequence[str], fraction: float, seed: int) -> set[str]:
     k = min(len(ids) - 1, max(1, round(fraction * len(ids))))
     ranked = sorted(ids, key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).hexdigest())
     return set(ranked[:k])
-
-
-def read_envs(paths: Sequence[Path]) -> tuple[list[EnvRecord], list[Rejection], list[Path]]:
-    """The records of ``synth env-code`` directories (checked complete) or JSONL files, each
-    id once (``duplicate_record`` otherwise); and the files read."""
-    records: dict[str, EnvRecord] = {}
-    rejected: list[Rejection] = []
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            read_stats(path, ENV_CODE_STAGE)
-            path = path / ENVS_FILE
-        files.append(path)
-        got, bad = read_records(path, EnvRecord, STAGE)
-        rejected += bad
-        for line, r in got:
-            if r.id in records:
-                rejected.append(Rejection(stage=STAGE, source=f"{path}:{line}", id=r.id,
-                                          reason="duplicate_record"))  # fmt: skip
-            else:
-                records[r.id] = r
-    return list(records.values()), rejected, files
 
 
 def _entry(record: str, tool: EnvTool) -> Entry:
@@ -252,9 +217,13 @@ async def build_arenas(cfg: ArenaConfig, progress: Progress | None = None) -> Ar
     """Arena records of the environments of ``cfg.envs`` (this shard's) into ``cfg.out``."""
     require_sandbox()
     shard = Shard.parse(cfg.shard)
-    envs, rejected, files = read_envs(cfg.envs)
+    got = read_stage_output(
+        cfg.envs, EnvRecord, stage=STAGE, producer=ENV_CODE_STAGE, file=ENVS_FILE,
+        duplicate="duplicate_record",
+    )  # fmt: skip
+    envs, rejected = [e for _, e in got.records], got.rejected
     selected = [e for e in envs if shard.holds(e.id)]
-    inputs = input_files(files)
+    inputs = input_files(got.files)
     params = cfg.params()
     run_id = fingerprint(STAGE, inputs, params)
     run = StageRun(

@@ -33,15 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from astra_agent.model import ChatModel, ModelConfig
 from astra_agent.sandbox import SandboxLimits
 from training.synth.envs.merge import MERGE, Step, merge_by_rule, merge_by_teacher, unique_names
 from training.synth.envs.records import Decomposition, SubQuestion
@@ -54,32 +52,27 @@ from training.synth.envs.sandboxed import (
     cut,
     require_sandbox,
 )
-from training.synth.envs.scripted_code import scripted_reply
+from training.synth.runner import (
+    StageContext,
+    TeacherStage,
+    TeacherStageConfig,
+    TeacherStageStats,
+    gather,
+    run_teacher_stage,
+)
 from training.synth.stage import (
     Progress,
     Provenance,
     Rejection,
     Shard,
     StageRun,
-    StageStats,
     UnitOutcome,
-    code_version,
-    fingerprint,
     input_files,
-    read_records,
-    read_stats,
-    run_units,
-    usage_totals,
+    read_stage_output,
 )
-from training.synth.teacher import (
-    Teacher,
-    TeacherConfig,
-    TeacherRejected,
-    TokenCount,
-    teacher_provenance,
-)
+from training.synth.teacher import TeacherRejected
 
-__all__ = ["EnvCodeConfig", "EnvCodeStats", "EnvRecord", "scripted_reply", "synth_env_code"]
+__all__ = ["EnvCodeConfig", "EnvCodeStats", "EnvRecord", "synth_env_code"]
 
 STAGE = "env_code"
 ENVS_FILE = "envs.jsonl"
@@ -140,17 +133,14 @@ class CheckLimits(SandboxLimits):
     max_printed_chars: int = Field(8192, ge=0)
 
 
-class EnvCodeConfig(BaseModel):
+class EnvCodeConfig(TeacherStageConfig):
     """``astra-train synth env-code``."""
 
-    model_config = ConfigDict(extra="forbid")
+    PARAMS = ("max_retries", "merge", "probe", "sandbox", "feedback_chars")
 
     decompositions: list[Path] = Field(
         min_length=1, description="`synth decompose` outputs or decompositions JSONL files"
     )
-    out: Path
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     max_retries: int = Field(3, ge=0, description="sandbox rounds after the first, per tool")
     # Off by default: the arena reward (ASTRA's) counts solved *tools*, so a merged tool that
     # serves k sub-questions is one required tool but k calls, and a model that does everything
@@ -160,23 +150,9 @@ class EnvCodeConfig(BaseModel):
     sandbox: CheckLimits = Field(default_factory=CheckLimits)
     sandboxes: int = Field(4, ge=1, description="sandboxes running at once")
     feedback_chars: int = Field(6000, ge=200, description="of the rejected attempt, sent back")
-    concurrency: int = Field(8, ge=1, description="records at once")
-    shard: str | None = Field(None, description="i/N: the records whose id hashes to i")
-    max_connection_failures: int = Field(5, ge=1)
-    resume: bool = False
-    overwrite: bool = False
-
-    @model_validator(mode="after")
-    def _shard(self) -> EnvCodeConfig:
-        Shard.parse(self.shard)
-        return self
-
-    def params(self) -> dict[str, Any]:
-        keep = {"max_retries", "merge", "probe", "sandbox", "feedback_chars", "shard"}
-        return self.model_dump(mode="json", include=keep)
 
 
-class EnvCodeStats(StageStats):
+class EnvCodeStats(TeacherStageStats):
     stage: str = STAGE
     decompositions: int = 0
     environments: int = 0
@@ -184,37 +160,6 @@ class EnvCodeStats(StageStats):
     tools: int = 0  # after merging
     merged: dict[str, int] = Field(default_factory=dict)  # merges made, by "rule" / "teacher"
     rounds: dict[str, int] = Field(default_factory=dict)  # sandbox rounds a kept tool took
-    teacher: dict[str, Any] = Field(default_factory=dict)
-    tokens: dict[str, TokenCount] = Field(default_factory=dict)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-# ------------------------------------------------------------------ inputs
-
-
-def read_decompositions(
-    paths: Sequence[Path],
-) -> tuple[list[Decomposition], list[Rejection], list[Path]]:
-    """The records of ``synth decompose`` directories (checked complete) or JSONL files, each
-    id once (a repeated one is rejected as ``duplicate_record``); and the files read."""
-    records: dict[str, Decomposition] = {}
-    rejected: list[Rejection] = []
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            read_stats(path, DECOMPOSE_STAGE)
-            path = path / DECOMPOSITIONS_FILE
-        files.append(path)
-        got, bad = read_records(path, Decomposition, STAGE)
-        rejected += bad
-        for line, d in got:
-            if d.id in records:
-                rejected.append(Rejection(stage=STAGE, source=f"{path}:{line}", id=d.id,
-                                          reason="duplicate_record"))  # fmt: skip
-            else:
-                records[d.id] = d
-    return list(records.values()), rejected, files
 
 
 # ------------------------------------------------------------------ the stage
@@ -227,24 +172,12 @@ class _Written:
     rounds: int
 
 
-async def _gather(coros: Iterable[Any]) -> list[Any]:
-    """All of them, to the end; then the first exception (an endpoint failure) is raised."""
-    results = await asyncio.gather(*coros, return_exceptions=True)
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
-    return results
-
-
 class EnvCodeStage:
     """The per-record work of the stage."""
 
-    def __init__(
-        self, cfg: EnvCodeConfig, teacher: Teacher, *, run_id: str, teacher_info: dict[str, Any]
-    ) -> None:
-        self.cfg, self.teacher = cfg, teacher
-        self.run_id, self.teacher_info = run_id, teacher_info
-        self.prompts = {name: teacher.prompt(name).ref for name in PROMPTS}
+    def __init__(self, cfg: EnvCodeConfig, ctx: StageContext[EnvRecord]) -> None:
+        self.cfg, self.ctx, self.teacher = cfg, ctx, ctx.teacher
+        self.prompts = ctx.refs(PROMPTS)
         self.slots = asyncio.Semaphore(cfg.sandboxes)
 
     async def check(self, tool: EnvTool, calls: Sequence[Call]) -> list[str] | Failure:
@@ -263,7 +196,7 @@ class EnvCodeStage:
             why = "no sub-question needs a tool"
             return UnitOutcome(rejections=[self._reject(d, d.id, "no_tool_step", why)])
         answers = {s.id: s.answer for s in d.subquestions}
-        written = await _gather(
+        written = await gather(
             self._write(d, s, {dep: answers[dep] for dep in s.depends_on}) for s in subs
         )
         failed = [w for w in written if isinstance(w, Rejection)]
@@ -359,16 +292,7 @@ class EnvCodeStage:
                 for s in steps
             ],
             reasoning=[s.id for s in d.subquestions if s.needs_tool is False],
-            provenance=Provenance(
-                stage=STAGE,
-                run=self.run_id,
-                code_version=code_version(),
-                inputs=[d.id],
-                prompts=self.prompts,
-                teacher=self.teacher_info,
-                created=datetime.now(UTC).isoformat(timespec="seconds"),
-                detail={"rounds": rounds},
-            ),
+            provenance=self.ctx.provenance([d.id], prompts=self.prompts, detail={"rounds": rounds}),
         )
 
 
@@ -379,35 +303,21 @@ async def synth_env_code(cfg: EnvCodeConfig, progress: Progress | None = None) -
     """Environments for the decompositions of ``cfg.decompositions`` (this shard's)."""
     require_sandbox()
     shard = Shard.parse(cfg.shard)
-    records, rejected, files = read_decompositions(cfg.decompositions)
-    selected = [d for d in records if shard.holds(d.id)]
-    inputs = input_files(files)
-    model = ChatModel(cfg.model, recover_calls=False)
-    try:
-        served = await model.check_model()
-        teacher = Teacher(model, cfg.teacher)
-        info = teacher_provenance(cfg.model, served)
-        params = {**cfg.params(), "teacher": info, **teacher.fingerprint(PROMPTS)}
-        run_id = fingerprint(STAGE, inputs, params)
-        run = StageRun(
-            cfg.out, stage=STAGE, output=ENVS_FILE, record_type=EnvRecord,
-            fingerprint=run_id, overwrite=cfg.overwrite, resume=cfg.resume,
-        )  # fmt: skip
-        if run.complete:
-            return EnvCodeStats.model_validate(run.stats)
-        resumed = len(run.units)
-        stage = EnvCodeStage(cfg, teacher, run_id=run_id, teacher_info=info)
-        await run_units(
-            run, [(d.id, d) for d in selected], stage.process, concurrency=cfg.concurrency,
-            max_connection_failures=cfg.max_connection_failures, progress=progress,
-        )  # fmt: skip
-    finally:
-        await model.close()
-    stats = EnvCodeStats(
-        fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params,
-        resumed_units=resumed, decompositions=len(selected), teacher=info,
+    got = read_stage_output(
+        cfg.decompositions, Decomposition, stage=STAGE, producer=DECOMPOSE_STAGE,
+        file=DECOMPOSITIONS_FILE, duplicate="duplicate_record",
     )  # fmt: skip
-    order = [d.id for d in selected]
+    selected = [(d.id, d) for _, d in got.records if shard.holds(d.id)]
+    spec = TeacherStage(
+        name=STAGE, units=selected, inputs=input_files(got.files), prompts=PROMPTS,
+        output=ENVS_FILE, record=EnvRecord, stats=EnvCodeStats,
+        start=lambda ctx: EnvCodeStage(cfg, ctx).process, count=_count, rejected=got.rejected,
+        stats_fields={"decompositions": len(selected)},
+    )  # fmt: skip
+    return await run_teacher_stage(cfg, spec, progress)
+
+
+def _count(stats: EnvCodeStats, run: StageRun[EnvRecord], order: list[str]) -> None:
     kept = [r for unit in order for r in run.records(unit)]
     stats.environments = len(kept)
     stats.tool_steps = sum(len(r.steps) for r in kept)
@@ -419,7 +329,3 @@ async def synth_env_code(cfg: EnvCodeConfig, progress: Progress | None = None) -
         for n in (r.provenance.detail.get("rounds", {}) if r.provenance else {}).values():
             stats.rounds[str(n)] = stats.rounds.get(str(n), 0) + 1
     stats.rounds = dict(sorted(stats.rounds.items(), key=lambda kv: int(kv[0])))
-    stats.tokens = usage_totals(run)
-    stats.prompt_tokens = sum(t.prompt_tokens for t in stats.tokens.values())
-    stats.completion_tokens = sum(t.completion_tokens for t in stats.tokens.values())
-    return run.finish(stats, order, rejections=rejected)

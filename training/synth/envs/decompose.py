@@ -47,18 +47,14 @@ sub-questions in dependency order, id ``<domain slug>:<k>`` or ``seed:<id>``),
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from astra_agent.errors import ConfigError
-from astra_agent.model import ChatModel, ModelConfig
 from training.synth.envs.records import (
     ID_PATTERN,
     Decomposition,
@@ -70,32 +66,21 @@ from training.synth.envs.records import (
     structure_problem,
     topological_order,
 )
-from training.synth.envs.scripted_chains import scripted_reply
 from training.synth.envs.sources import DomainSpec, SeedQuestion, Slot, read_sources
-from training.synth.stage import (
-    Progress,
-    Provenance,
-    Rejection,
+from training.synth.runner import (
     ScoreStats,
-    Shard,
-    StageRun,
-    StageStats,
-    UnitOutcome,
-    code_version,
-    fingerprint,
-    input_files,
-    run_units,
+    StageContext,
+    TeacherStage,
+    TeacherStageConfig,
+    TeacherStageStats,
+    gather,
+    parse_thresholds,
+    run_teacher_stage,
     score_stats,
-    usage_totals,
 )
-from training.synth.teacher import (
-    Teacher,
-    TeacherConfig,
-    TeacherRejected,
-    TokenCount,
-    teacher_provenance,
-)
-from training.synth.tools.tasks import NearDuplicates, signature
+from training.synth.stage import Progress, Rejection, Shard, StageRun, UnitOutcome, input_files
+from training.synth.teacher import TeacherRejected
+from training.synth.text import NearDuplicates, signature
 
 __all__ = [
     "DecomposeConfig",
@@ -104,7 +89,6 @@ __all__ = [
     "SeedQuestion",
     "chain_problem",
     "low_scores",
-    "scripted_reply",
     "synth_decompose",
 ]
 
@@ -178,17 +162,22 @@ def _reject(source: str, rid: str, reason: str, detail: str = "", **kw: Any) -> 
 # ------------------------------------------------------------------ config, stats
 
 
-class DecomposeConfig(BaseModel):
+class DecomposeConfig(TeacherStageConfig):
     """``astra-train synth decompose``: at least one of ``domains``, ``taxonomy``, ``seeds``."""
 
-    model_config = ConfigDict(extra="forbid")
+    PARAMS = (
+        "per_domain",
+        "min_steps",
+        "max_steps",
+        "min_scores",
+        "min_overall",
+        "dedup_threshold",
+        "shingle",
+    )
 
     domains: Path | None = Field(None, description="one domain a line, or JSONL name/description")
     taxonomy: Path | None = Field(None, description="a JSON tree; its leaves are domains")
     seeds: Path | None = Field(None, description="JSONL: question, answer?, domain?, id?")
-    out: Path
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     per_domain: int = Field(4, ge=1, le=10_000, description="questions per domain")
     min_steps: int = Field(2, ge=1, le=12)
     max_steps: int = Field(6, ge=1, le=12)
@@ -196,11 +185,6 @@ class DecomposeConfig(BaseModel):
     min_overall: float = Field(4.0, ge=1, le=5)
     dedup_threshold: float = Field(0.7, gt=0, le=1)
     shingle: int = Field(3, ge=1, le=8, description="words per shingle")
-    concurrency: int = Field(8, ge=1, description="questions at once")
-    shard: str | None = Field(None, description="i/N: the units whose key hashes to i")
-    max_connection_failures: int = Field(5, ge=1)
-    resume: bool = False
-    overwrite: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> DecomposeConfig:
@@ -211,31 +195,15 @@ class DecomposeConfig(BaseModel):
         self.min_scores = {name: self.min_scores.get(name, 3) for name in SCORES}
         if not all(1 <= v <= 5 for v in self.min_scores.values()):
             raise ValueError("min_scores must be within 1..5")
-        Shard.parse(self.shard)
         return self
-
-    def params(self) -> dict[str, Any]:
-        keep = {"per_domain", "min_steps", "max_steps", "min_scores", "min_overall"}
-        keep |= {"dedup_threshold", "shingle", "shard"}
-        return self.model_dump(mode="json", include=keep)
 
 
 def parse_min_scores(values: Sequence[str]) -> dict[ScoreName, int]:
     """``--min-score`` values: ``N`` (every score) or ``name=N``, later ones winning."""
-    out: dict[ScoreName, int] = {}
-    for value in values:
-        name, _, number = value.rpartition("=")
-        if name and name not in SCORES:
-            raise ConfigError(f"--min-score {value!r}: no score {name!r}", hint=", ".join(SCORES))
-        try:
-            names = [n for n in SCORES if n == name] if name else list(SCORES)
-            out |= dict.fromkeys(names, int(number))
-        except ValueError:
-            raise ConfigError(f"--min-score {value!r}: write N or NAME=N (1-5)") from None
-    return out
+    return parse_thresholds(values, SCORES, "--min-score", "score")
 
 
-class DecomposeStats(StageStats):
+class DecomposeStats(TeacherStageStats):
     stage: str = STAGE
     units: int = 0  # questions asked for: domain slots and seeds (this shard's)
     domains: int = 0
@@ -248,10 +216,6 @@ class DecomposeStats(StageStats):
     tool_steps: int = 0  # kept steps that need a tool
     reasoning_steps: int = 0  # kept steps that need none (last steps only)
     thresholds: dict[str, float] = Field(default_factory=dict)
-    teacher: dict[str, Any] = Field(default_factory=dict)
-    tokens: dict[str, TokenCount] = Field(default_factory=dict)  # by prompt ("decompose.v1")
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
     scores: dict[str, ScoreStats] = Field(default_factory=dict)  # the four and "overall"
 
 
@@ -318,30 +282,14 @@ class _Draft:
     attempts: int
 
 
-async def _gather(coros: Iterable[Any]) -> list[Any]:
-    """All of them, to the end; then an exception is raised: an endpoint failure before a
-    :class:`TeacherRejected` (a failed endpoint is never recorded as a rejection)."""
-    results = await asyncio.gather(*coros, return_exceptions=True)
-    errors = [r for r in results if isinstance(r, BaseException)]
-    errors.sort(key=lambda e: isinstance(e, TeacherRejected))  # an endpoint failure first
-    if errors:
-        raise errors[0]
-    return results
-
-
 class DecomposeStage:
     """The per-unit work; the near-duplicate index of kept main questions lives across units."""
 
-    def __init__(
-        self, cfg: DecomposeConfig, teacher: Teacher, *, run_id: str, teacher_info: dict[str, Any]
-    ) -> None:
-        self.cfg, self.teacher = cfg, teacher
-        self.run_id, self.teacher_info = run_id, teacher_info
+    def __init__(self, cfg: DecomposeConfig, ctx: StageContext[Decomposition]) -> None:
+        self.cfg, self.ctx, self.teacher = cfg, ctx, ctx.teacher
         self.kept = NearDuplicates(cfg.dedup_threshold)
-        self.prompts = {name: teacher.prompt(name).ref for name in PROMPTS}
-
-    def resume(self, records: Iterable[Decomposition]) -> None:
-        for r in records:
+        self.prompts = ctx.refs(PROMPTS)
+        for r in ctx.kept():  # an interrupted run's
             self.kept.add(r.id, signature(r.question, self.cfg.shingle))
 
     async def process(self, key: str, slot: Slot) -> UnitOutcome[Decomposition]:
@@ -357,7 +305,7 @@ class DecomposeStage:
             return self._no(slot, key, *problem, raw=draft.raw)
         steps = topological_order(draft.steps)
         try:
-            verdicts = await _gather(self._necessity(draft, s, steps, domain_json) for s in steps)
+            verdicts = await gather(self._necessity(draft, s, steps, domain_json) for s in steps)
         except TeacherRejected as exc:
             return self._no(slot, key, exc.code, exc.detail, raw=exc.raw_text)
         steps = [
@@ -435,16 +383,8 @@ class DecomposeStage:
         detail: dict[str, Any] = {"attempts": attempts}
         if slot.seed is None:
             detail |= {"index": slot.index, "focus": FOCI[slot.index % len(FOCI)]}
-        prov = Provenance(
-            stage=STAGE,
-            run=self.run_id,
-            code_version=code_version(),
-            inputs=[slot.seed.key() if slot.seed else slot.domain.name],
-            prompts=self.prompts,
-            teacher=self.teacher_info,
-            created=datetime.now(UTC).isoformat(timespec="seconds"),
-            detail=detail,
-        )
+        source = slot.seed.key() if slot.seed else slot.domain.name
+        prov = self.ctx.provenance([source], prompts=self.prompts, detail=detail)
         return Decomposition(
             id=key, domain=slot.domain.name, question=draft.question, answer=draft.answer,
             subquestions=steps, scores=scores, provenance=prov.model_dump(mode="json"),
@@ -468,38 +408,18 @@ async def synth_decompose(cfg: DecomposeConfig, progress: Progress | None = None
         stage=STAGE,
     )  # fmt: skip
     selected = [(k, s) for k, s in slots if shard.holds(k)]
-    inputs = input_files(files)
-    model = ChatModel(cfg.model, recover_calls=False)
-    try:
-        served = await model.check_model()
-        teacher = Teacher(model, cfg.teacher)
-        info = teacher_provenance(cfg.model, served)
-        params = {**cfg.params(), "teacher": info, **teacher.fingerprint(PROMPTS)}
-        run_id = fingerprint(STAGE, inputs, params)
-        run = StageRun(
-            cfg.out, stage=STAGE, output=DECOMPOSITIONS_FILE, record_type=Decomposition,
-            fingerprint=run_id, overwrite=cfg.overwrite, resume=cfg.resume,
-        )  # fmt: skip
-        if run.complete:
-            return DecomposeStats.model_validate(run.stats)
-        resumed = len(run.units)
-        stage = DecomposeStage(cfg, teacher, run_id=run_id, teacher_info=info)
-        stage.resume(r for unit in run.units for r in run.records(unit))
-        await run_units(
-            run, selected, stage.process, concurrency=cfg.concurrency,
-            max_connection_failures=cfg.max_connection_failures, progress=progress,
-        )  # fmt: skip
-    finally:
-        await model.close()
-    stats = DecomposeStats(
-        fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params,
-        resumed_units=resumed, units=len(selected), teacher=info,
-        domains=len({s.domain.name for _, s in selected if s.seed is None}),
-        seeds=sum(s.seed is not None for _, s in selected),
-        thresholds={**cfg.min_scores, "overall": cfg.min_overall},
+    spec = TeacherStage(
+        name=STAGE, units=selected, inputs=input_files(files), prompts=PROMPTS,
+        output=DECOMPOSITIONS_FILE, record=Decomposition, stats=DecomposeStats,
+        start=lambda ctx: DecomposeStage(cfg, ctx).process, count=_count, rejected=rejected,
+        stats_fields={
+            "units": len(selected),
+            "domains": len({s.domain.name for _, s in selected if s.seed is None}),
+            "seeds": sum(s.seed is not None for _, s in selected),
+            "thresholds": {**cfg.min_scores, "overall": cfg.min_overall},
+        },
     )  # fmt: skip
-    _count(stats, run, [k for k, _ in selected])
-    return run.finish(stats, [k for k, _ in selected], rejections=rejected)
+    return await run_teacher_stage(cfg, spec, progress)
 
 
 def _count(stats: DecomposeStats, run: StageRun[Decomposition], order: Sequence[str]) -> None:
@@ -521,6 +441,3 @@ def _count(stats: DecomposeStats, run: StageRun[Decomposition], order: Sequence[
         stats.reasoning_steps += sum(s.needs_tool is False for s in r.subquestions)
     stats.steps = dict(sorted(stats.steps.items(), key=lambda kv: int(kv[0])))
     stats.depth = dict(sorted(stats.depth.items(), key=lambda kv: int(kv[0])))
-    stats.tokens = usage_totals(run)
-    stats.prompt_tokens = sum(t.prompt_tokens for t in stats.tokens.values())
-    stats.completion_tokens = sum(t.completion_tokens for t in stats.tokens.values())

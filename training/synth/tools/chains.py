@@ -36,6 +36,7 @@ from training.synth.stage import (
     Progress,
     Provenance,
     Rejection,
+    StageInput,
     StageRun,
     StageStats,
     SynthError,
@@ -43,6 +44,7 @@ from training.synth.stage import (
     fingerprint,
     input_files,
     read_records,
+    read_stage_output,
     read_stats,
 )
 from training.synth.tools.graph import EDGES_FILE, NODES_FILE, GraphNode, ToolEdge
@@ -64,6 +66,17 @@ class ToolChain(BaseModel):
     servers: list[str]
     domain: str = ""  # when every tool has the same
     provenance: Provenance | None = None
+
+
+# the reply to the ``tasks`` template (check-chains asks it too, to back-translate)
+class Question(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=10, max_length=2000)
+
+
+class PersonaQuestion(Question):
+    persona: str = Field(min_length=3, max_length=500)
 
 
 class ChainOptions(BaseModel):
@@ -403,3 +416,11 @@ def _coverage(stats: ChainStats, graph: Graph, chains: Sequence[tuple[str, ...]]
     stats.covered = len(used)
     stats.no_edge = sorted(set(graph.nodes) - linked)
     stats.not_covered = sorted(linked - used)
+
+
+def read_chains(paths: Sequence[Path], stage: str) -> StageInput[ToolChain]:
+    """Chains of ``synth chains`` directories (checked complete) or JSONL files, each id once
+    (a repeated one is rejected as ``duplicate_chain``); and the files read."""
+    return read_stage_output(
+        paths, ToolChain, stage=stage, producer=STAGE, file=CHAINS_FILE, duplicate="duplicate_chain"
+    )

@@ -19,19 +19,13 @@ reason), ``edge_confirm:<problem>`` (no usable reply for the batch; raw kept),
 ``not_json`` / ``bad_record``; ``stats.json`` (:class:`ConfirmStats`, ``stage: graph`` so that
 later stages take the directory for a graph, ``check: confirm``). ``synth chains`` walks only
 the edges not marked ``confirmed: false``.
-
-The scripted teacher's rules for this stage's template and for ``chain_vote`` /
-``back_translate`` (:mod:`training.synth.tools.chain_checks`) live here: :func:`scripted_reply`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -39,31 +33,28 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from astra_agent.errors import ConfigError, ServerError
-from astra_agent.model import ChatModel, ModelConfig
+from training.synth.runner import (
+    StageContext,
+    TeacherStage,
+    TeacherStageConfig,
+    TeacherStageStats,
+    run_teacher_stage,
+)
 from training.synth.stage import (
     Progress,
-    Provenance,
     Rejection,
     Shard,
     StageRun,
     SynthError,
     UnitOutcome,
-    code_version,
-    fingerprint,
+    check_out,
     input_files,
     read_records,
     read_stats,
-    run_units,
     sha256_file,
-    usage_totals,
 )
-from training.synth.teacher import (
-    Teacher,
-    TeacherConfig,
-    TeacherRejected,
-    TokenCount,
-    teacher_provenance,
-)
+from training.synth.teacher import TeacherRejected
+from training.synth.text import cut_text
 from training.synth.tools.graph import (
     EDGES_FILE,
     NODES_FILE,
@@ -75,12 +66,10 @@ from training.synth.tools.graph import (
     confirm_edges,
 )
 from training.synth.tools.graph import STAGE as GRAPH_STAGE
-from training.synth.tools.pool import ToolRecord
-from training.synth.tools.tasks import read_tools
+from training.synth.tools.pool import ToolRecord, read_tools
 
 STAGE = "confirm"
 CONFIRM = "edge_confirm"  # the prompt template
-SCHEMA_CHARS = 3_000  # of each tool's input schema (or output hint), shown
 
 
 # ------------------------------------------------------------------ what the teacher returns
@@ -124,35 +113,20 @@ def verdicts_schema(n: int) -> type[EdgeVerdicts]:
 # ------------------------------------------------------------------ config, stats
 
 
-class ConfirmConfig(BaseModel):
+class ConfirmConfig(TeacherStageConfig):
     """``astra-train synth confirm``."""
 
-    model_config = ConfigDict(extra="forbid")
+    PARAMS = ("batch",)
 
     graph: list[Path] = Field(min_length=1, description="`synth graph` outputs (shards)")
     pool: list[Path] = Field(
         default_factory=list, description="the graph's `synth pool` (default: from its stats)"
     )
-    out: Path
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     batch: int = Field(8, ge=1, le=64, description="edges per prompt")
     concurrency: int = Field(4, ge=1, description="batches at once")
-    shard: str | None = Field(None, description="i/N: the edges whose source hashes to i")
-    max_connection_failures: int = Field(5, ge=1)
-    resume: bool = False
-    overwrite: bool = False
-
-    @model_validator(mode="after")
-    def _check(self) -> ConfirmConfig:
-        Shard.parse(self.shard)
-        return self
-
-    def params(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", include={"batch", "shard"})
 
 
-class ConfirmStats(GraphStats):
+class ConfirmStats(GraphStats, TeacherStageStats):
     """``stats.json``: a graph's (over the confirmed edges) and the confirmation's counts."""
 
     check: str = STAGE
@@ -163,10 +137,6 @@ class ConfirmStats(GraphStats):
     unjudged: int = 0  # no usable verdict (failed batches, unknown tools)
     batches: int = 0
     failed_batches: int = 0
-    teacher: dict[str, Any] = Field(default_factory=dict)
-    tokens: dict[str, TokenCount] = Field(default_factory=dict)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
 
 
 # ------------------------------------------------------------------ inputs
@@ -230,17 +200,6 @@ def default_pools(graph: GraphInput, graphs: Sequence[Path]) -> list[Path]:
     return out
 
 
-def check_out(out: Path, inputs: Sequence[Path], flag: str) -> None:
-    resolved = out.resolve()
-    for p in inputs:
-        if p.resolve() == resolved:
-            raise ConfigError(f"--out {out} is also a {flag}", hint="write into another directory")
-
-
-def cut_text(text: str, limit: int = SCHEMA_CHARS) -> str:
-    return text if len(text) <= limit else text[:limit] + f" …[{len(text) - limit} chars cut]"
-
-
 def edge_view(questions: Sequence[EdgeQuestion]) -> dict[str, Any]:
     """The prompt's variables for a batch: its tools (each once) and its numbered edges."""
     tools: dict[str, ToolRecord] = {}
@@ -268,16 +227,9 @@ def edge_view(questions: Sequence[EdgeQuestion]) -> dict[str, Any]:
 
 
 class ConfirmStage:
-    def __init__(
-        self,
-        teacher: Teacher,
-        tools: Mapping[str, ToolRecord],
-        *,
-        run_id: str,
-        teacher_info: dict[str, Any],
-    ) -> None:
-        self.teacher, self.tools, self.run_id, self.info = teacher, tools, run_id, teacher_info
-        self.ref = teacher.prompt(CONFIRM).ref
+    def __init__(self, ctx: StageContext[ToolEdge], tools: Mapping[str, ToolRecord]) -> None:
+        self.ctx, self.teacher, self.tools = ctx, ctx.teacher, tools
+        self.ref = ctx.teacher.prompt(CONFIRM).ref
 
     async def process(self, key: str, unit: list[tuple[str, ToolEdge]]) -> UnitOutcome[ToolEdge]:
         trouble: list[BaseException] = []
@@ -330,20 +282,9 @@ class ConfirmStage:
 
     def _record(self, edge: ToolEdge, key: str, attempts: int) -> ToolEdge:
         before = edge.provenance.model_dump(mode="json") if edge.provenance else None
-        return edge.model_copy(
-            update={
-                "provenance": Provenance(
-                    stage=STAGE,
-                    run=self.run_id,
-                    code_version=code_version(),
-                    inputs=[edge.id],
-                    prompts={CONFIRM: self.ref},
-                    teacher=self.info,
-                    created=datetime.now(UTC).isoformat(timespec="seconds"),
-                    detail={"batch": key, "attempts": attempts, "proposed": before},
-                )
-            }
-        )
+        detail = {"batch": key, "attempts": attempts, "proposed": before}
+        prov = self.ctx.provenance([edge.id], prompts={CONFIRM: self.ref}, detail=detail)
+        return edge.model_copy(update={"provenance": prov})
 
 
 async def synth_confirm(cfg: ConfirmConfig, progress: Progress | None = None) -> ConfirmStats:
@@ -352,7 +293,7 @@ async def synth_confirm(cfg: ConfirmConfig, progress: Progress | None = None) ->
     shard = Shard.parse(cfg.shard)
     graph = read_graph_dirs(cfg.graph)
     pools = cfg.pool or default_pools(graph, cfg.graph)
-    tools, pool_files = read_tools(pools)
+    tools, pool_files = read_tools(pools, STAGE)
     mine = sorted(
         ((w, e) for w, e in graph.edges if shard.holds(e.source)),
         key=lambda we: (we[1].source, we[1].target),
@@ -361,37 +302,16 @@ async def synth_confirm(cfg: ConfirmConfig, progress: Progress | None = None) ->
         raise SynthError(f"no tool in the graph {', '.join(map(str, cfg.graph))}")
     units = [(f"batch-{i // cfg.batch:06d}", mine[i : i + cfg.batch])
              for i in range(0, len(mine), cfg.batch)]  # fmt: skip
-    inputs = input_files([*graph.files, *pool_files])
-    model = ChatModel(cfg.model, recover_calls=False)
-    try:
-        served = await model.check_model()
-        teacher = Teacher(model, cfg.teacher)
-        info = teacher_provenance(cfg.model, served)
-        params = {**cfg.params(), "teacher": info, **teacher.fingerprint((CONFIRM,))}
-        run_id = fingerprint(STAGE, inputs, params)
-        run = StageRun(
-            cfg.out, stage=GRAPH_STAGE, output=EDGES_FILE, record_type=ToolEdge,
-            fingerprint=run_id, overwrite=cfg.overwrite, resume=cfg.resume,
-            extra_outputs=(NODES_FILE,),
-        )  # fmt: skip
-        if run.complete:
-            return ConfirmStats.model_validate(run.stats)
-        resumed = len(run.units)
-        stage = ConfirmStage(teacher, tools, run_id=run_id, teacher_info=info)
-        await run_units(
-            run, units, stage.process, concurrency=cfg.concurrency,
-            max_connection_failures=cfg.max_connection_failures, progress=progress,
-        )  # fmt: skip
-    finally:
-        await model.close()
-    stats = ConfirmStats(
-        fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params,
-        resumed_units=resumed, teacher=info, pools=[str(p) for p in pool_files],
-        proposed=len(mine), batches=len(units),
+    spec = TeacherStage(
+        name=STAGE, units=units, inputs=input_files([*graph.files, *pool_files]),
+        prompts=(CONFIRM,), output=EDGES_FILE, record=ToolEdge, stats=ConfirmStats,
+        writes=GRAPH_STAGE, extra_outputs=(NODES_FILE,), rejected=graph.rejected,
+        start=lambda ctx: ConfirmStage(ctx, tools).process,
+        count=lambda stats, run, order: {NODES_FILE: _count(stats, run, order, graph.nodes)},
+        stats_fields={"pools": [str(p) for p in pool_files], "proposed": len(mine),
+                      "batches": len(units)},
     )  # fmt: skip
-    order = [k for k, _ in units]
-    nodes = _count(stats, run, order, graph.nodes)
-    return run.finish(stats, order, rejections=graph.rejected, extra={NODES_FILE: nodes})
+    return await run_teacher_stage(cfg, spec, progress)
 
 
 def _count(
@@ -422,93 +342,4 @@ def _count(
         rules[rule] = rules.get(rule, 0) + 1
     stats.by_rule = dict(sorted(rules.items()))
     stats.isolated = [n.id for n in out if not n.in_degree and not n.out_degree]
-    stats.tokens = usage_totals(run)
-    stats.prompt_tokens = sum(t.prompt_tokens for t in stats.tokens.values())
-    stats.completion_tokens = sum(t.completion_tokens for t in stats.tokens.values())
     return out
-
-
-# ------------------------------------------------------------------ the scripted teacher
-
-EDGES_LINE = r"^Edges \(JSON, numbered\): (.*)$"
-OFFERED_LINE = r"^Tools offered \(JSON\): (.*)$"
-
-
-@dataclass(frozen=True)
-class ScriptedPlants:
-    """For tests: where the scripted teacher departs from its rules. ``refuse``: edges
-    (``A->B``, pool ids) it says no to; ``short``: edges whose batch gets one verdict too few
-    (every attempt); ``vote_no``: tool names, a chain holding one is voted out; ``garble``:
-    tool names, the vote on a chain holding one is of the wrong type (every attempt);
-    ``predict``: a back-translation answer (tool names) for a request containing the key."""
-
-    refuse: frozenset[str] = frozenset()
-    short: frozenset[str] = frozenset()
-    vote_no: frozenset[str] = frozenset()
-    garble: frozenset[str] = frozenset()
-    predict: Mapping[str, Sequence[str]] = field(default_factory=dict)
-
-
-PLANTS = ScriptedPlants()
-
-
-@contextlib.contextmanager
-def planted(plants: ScriptedPlants) -> Iterator[ScriptedPlants]:
-    """Answer with ``plants`` inside (the scripted server runs in this process's threads)."""
-    global PLANTS
-    before, PLANTS = PLANTS, plants
-    try:
-        yield plants
-    finally:
-        PLANTS = before
-
-
-def _json_line(pattern: str, text: str, default: str) -> Any:
-    from training.synth.scripted import _line
-
-    return json.loads(_line(re.compile(pattern, re.MULTILINE), text) or default)
-
-
-def scripted_reply(name: str, prompt_text: str) -> dict[str, Any]:
-    """The scripted teacher's rules (tests): every proposed edge consumes, every chain is
-    sensible, and a request is translated back by finding, in order of appearance, the first
-    clause of each offered tool's description (the clauses the scripted ``tasks`` rule writes
-    its questions from; of tools with the same clause, the first name in sorting order) —
-    except where :data:`PLANTS` says otherwise."""
-    from training.synth.scripted import CHAIN_LINE, REQUEST_LINE, _clause
-
-    plants = PLANTS
-    if name == CONFIRM:
-        edges = _json_line(EDGES_LINE, prompt_text, "[]")
-        verdicts = []
-        for e in edges:
-            eid = f"{e['source']}->{e['target']}"
-            ok = eid not in plants.refuse
-            why = "its result supplies " if ok else "planted: it does not supply "
-            verdicts.append({"edge": e["n"], "consumes": ok,
-                             "reason": why + ", ".join(e["params"])})  # fmt: skip
-        if any(f"{e['source']}->{e['target']}" in plants.short for e in edges):
-            verdicts = verdicts[:-1]
-        return {"verdicts": verdicts}
-    if name == "chain_vote":
-        tools = _json_line(CHAIN_LINE.pattern, prompt_text, "[]")
-        if any(t["name"] in plants.garble for t in tools):
-            return {"sensible": "perhaps", "reason": "planted"}
-        out = [t["name"] for t in tools if t["name"] in plants.vote_no]
-        if out:
-            return {"sensible": False, "reason": f"planted: {out[0]} does not belong"}
-        return {"sensible": True, "reason": "each step uses what the one before returns"}
-    if name == "back_translate":
-        question = _json_line(REQUEST_LINE.pattern, prompt_text, '""')
-        offered = _json_line(OFFERED_LINE, prompt_text, "[]")
-        for key, names in plants.predict.items():
-            if key in question:
-                return {"tools": list(names), "reason": "planted"}
-        low = question.lower()
-        found: dict[int, str] = {}
-        for t in sorted(offered, key=lambda t: t["name"]):
-            at = low.find(_clause(str(t.get("description") or "")).lower())
-            if at >= 0:
-                found.setdefault(at, t["name"])
-        return {"tools": [found[at] for at in sorted(found)], "reason": "found by rule"}
-    raise ValueError(f"no scripted rule for {name!r} here")

@@ -30,41 +30,34 @@ recoveries, agent and simulator tokens.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from astra_agent.episode import EpisodeLimits, run_episode
 from astra_agent.errors import ServerError
 from astra_agent.mcp_config import load_mcp_config
 from astra_agent.mcp_env import MCPEnvironment, assign_names
-from astra_agent.model import ChatModel, DeltaHook, EndpointError, Model, ModelConfig, ModelTurn
+from astra_agent.model import ChatModel, DeltaHook, EndpointError, Model, ModelTurn
 from astra_agent.trajectory import Trajectory
+from training.synth.runner import (
+    StageContext,
+    TeacherStage,
+    TeacherStageConfig,
+    TeacherStageStats,
+    run_teacher_stage,
+)
 from training.synth.stage import (
     Progress,
-    Provenance,
     Rejection,
     Shard,
     StageRun,
-    StageStats,
     UnitOutcome,
-    code_version,
-    fingerprint,
     input_files,
-    read_records,
-    read_stats,
-    run_units,
-    usage_totals,
+    read_stage_output,
 )
-from training.synth.teacher import (
-    Teacher,
-    TeacherConfig,
-    TokenCount,
-    count_usage,
-    teacher_provenance,
-)
+from training.synth.teacher import Teacher, TokenCount, count_usage
 from training.synth.tools.environments import (
     SIMULATE,
     FailureInjection,
@@ -72,17 +65,10 @@ from training.synth.tools.environments import (
     Route,
     TaskTools,
 )
-from training.synth.tools.pool import ToolRecord
-from training.synth.tools.scripted_agent import scripted_agent, scripted_reply
-from training.synth.tools.tasks import TASKS_FILE, TaskRecord, read_tools
+from training.synth.tools.pool import ToolRecord, read_tools
+from training.synth.tools.tasks import TASKS_FILE, TaskRecord
 
-__all__ = [
-    "InteractConfig",
-    "InteractStats",
-    "scripted_agent",
-    "scripted_reply",
-    "synth_interact",
-]
+__all__ = ["InteractConfig", "InteractStats", "synth_interact"]
 
 STAGE = "interact"
 INTERACTIONS_FILE = "interactions.jsonl"
@@ -91,16 +77,24 @@ LIMITS = ("max_steps", "max_tokens", "max_time", "length")
 EnvironmentKind = Literal["live", "simulated", "mixed"]
 
 
-class InteractConfig(BaseModel):
+class InteractConfig(TeacherStageConfig):
     """``astra-train synth interact``."""
 
-    model_config = ConfigDict(extra="forbid")
+    PARAMS = (
+        "simulate",
+        "offer",
+        "failure_rate",
+        "seed",
+        "max_steps",
+        "max_time_s",
+        "tool_timeout_s",
+        "max_tool_output_chars",
+        "history_chars",
+        "system_prompt",
+    )
 
     tasks: list[Path] = Field(min_length=1, description="`synth tasks` outputs or JSONL files")
     pool: list[Path] = Field(min_length=1, description="`synth pool` outputs or pool.jsonl files")
-    out: Path
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     mcp_config: Path | None = Field(None, description="mcpServers config: these servers run live")
     simulate: bool = Field(False, description="the teacher plays the tools that cannot run live")
     offer: Literal["servers", "chain"] = "servers"
@@ -112,26 +106,15 @@ class InteractConfig(BaseModel):
     max_tool_output_chars: int = Field(20_000, ge=200)
     history_chars: int = Field(2_000, ge=100, description="of each earlier result, simulating")
     system_prompt: str | None = None
-    concurrency: int = Field(8, ge=1, description="episodes at once")
-    shard: str | None = None
-    max_connection_failures: int = Field(5, ge=1)
-    resume: bool = False
-    overwrite: bool = False
 
     @model_validator(mode="after")
     def _tools_somewhere(self) -> InteractConfig:
         if self.mcp_config is None and not self.simulate:
             raise ValueError("give mcp_config (live servers), simulate, or both")
-        Shard.parse(self.shard)
         return self
 
-    def params(self) -> dict[str, Any]:
-        keep = {"simulate", "offer", "failure_rate", "seed", "max_steps", "max_time_s"}
-        keep |= {"tool_timeout_s", "max_tool_output_chars", "history_chars", "system_prompt"}
-        return self.model_dump(mode="json", include=keep | {"shard"})
 
-
-class InteractStats(StageStats):
+class InteractStats(TeacherStageStats):
     stage: str = STAGE
     tasks: int = 0
     trajectories: int = 0
@@ -143,36 +126,6 @@ class InteractStats(StageStats):
     mean_steps: float = 0.0
     servers_live: list[str] = Field(default_factory=list)
     servers_failed: dict[str, str] = Field(default_factory=dict)
-    teacher: dict[str, Any] = Field(default_factory=dict)
-    tokens: dict[str, TokenCount] = Field(default_factory=dict)  # "agent", "simulate_tool.v1"
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-# ------------------------------------------------------------------ inputs
-
-
-def read_tasks(paths: Sequence[Path]) -> tuple[list[TaskRecord], list[Rejection], list[Path]]:
-    """Tasks of ``synth tasks`` directories (checked complete) or JSONL files, each id once."""
-    tasks: dict[str, TaskRecord] = {}
-    rejected: list[Rejection] = []
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            read_stats(path, "tasks")
-            path = path / TASKS_FILE
-        files.append(path)
-        got, bad = read_records(path, TaskRecord, STAGE)
-        rejected += bad
-        for line, task in got:
-            if task.id in tasks:
-                rejected.append(
-                    Rejection(stage=STAGE, source=f"{path}:{line}", id=task.id,
-                              reason="duplicate_task")
-                )  # fmt: skip
-            else:
-                tasks[task.id] = task
-    return list(tasks.values()), rejected, files
 
 
 # ------------------------------------------------------------------ the agent
@@ -242,16 +195,13 @@ class InteractStage:
     def __init__(
         self,
         cfg: InteractConfig,
+        ctx: StageContext[Trajectory],
         pool: dict[str, ToolRecord],
-        *,
-        agent: Model,
         simulator: Teacher | None,
         live: MCPEnvironment | None,
-        run_id: str,
-        teacher_info: dict[str, Any],
     ) -> None:
-        self.cfg, self.pool, self.agent, self.simulator = cfg, pool, agent, simulator
-        self.live, self.run_id, self.teacher_info = live, run_id, teacher_info
+        self.cfg, self.ctx, self.pool, self.agent = cfg, ctx, pool, ctx.model
+        self.simulator, self.live = simulator, live
         self.live_names = {v: k for k, v in live.routes().items()} if live is not None else {}
         self.by_server: dict[str, list[ToolRecord]] = {}
         for tool in pool.values():
@@ -362,14 +312,9 @@ class InteractStage:
             "live" if not simulated else "simulated" if len(simulated) == len(routes) else "mixed"
         )
         prompts = {SIMULATE: self.simulator.prompt(SIMULATE).ref} if self.simulator else {}
-        provenance = Provenance(
-            stage=STAGE,
-            run=self.run_id,
-            code_version=code_version(),
-            inputs=[task.id],
+        provenance = self.ctx.provenance(
+            [task.id],
             prompts=prompts if tools.simulated_calls else {},
-            teacher=self.teacher_info,
-            created=datetime.now(UTC).isoformat(timespec="seconds"),
             detail={"environment": kind, "simulated_calls": tools.simulated_calls},
         )
         return {
@@ -395,65 +340,55 @@ def _chain_names(task: TaskRecord, routes: dict[str, Route]) -> list[str]:
 # ------------------------------------------------------------------ the run
 
 
-async def _start_live(path: Path, stats: InteractStats) -> MCPEnvironment | None:
+async def _start_live(path: Path, servers: dict[str, Any]) -> MCPEnvironment | None:
     env = MCPEnvironment(load_mcp_config(path))
     try:
         await env.start()
     except ServerError as exc:  # every server failed
-        stats.servers_failed = dict(env.failures) or {"*": str(exc)}
+        servers["servers_failed"] = dict(env.failures) or {"*": str(exc)}
         return None
-    stats.servers_failed = dict(env.failures)
-    stats.servers_live = sorted({server for server, _ in env.routes().values()})
+    servers["servers_failed"] = dict(env.failures)
+    servers["servers_live"] = sorted({server for server, _ in env.routes().values()})
     return env
 
 
 async def synth_interact(cfg: InteractConfig, progress: Progress | None = None) -> InteractStats:
     """Episodes for the tasks of ``cfg.tasks`` (this shard's) into ``cfg.out``."""
     shard = Shard.parse(cfg.shard)
-    tasks, rejected, task_files = read_tasks(cfg.tasks)
-    pool, pool_files = read_tools(cfg.pool)
-    selected = [t for t in tasks if shard.holds(t.id)]
+    tasks = read_stage_output(
+        cfg.tasks, TaskRecord, stage=STAGE, producer="tasks", file=TASKS_FILE,
+        duplicate="duplicate_task",
+    )  # fmt: skip
+    pool, pool_files = read_tools(cfg.pool, STAGE)
+    selected = [(t.id, t) for _, t in tasks.records if shard.holds(t.id)]
     extra = [cfg.mcp_config] if cfg.mcp_config is not None else []
-    inputs = input_files([*task_files, *pool_files, *extra])
-    stats = InteractStats(code_version=code_version(), inputs=inputs, tasks=len(selected))
-    agent = ChatModel(cfg.model)
-    simulator_model = ChatModel(cfg.model, recover_calls=False) if cfg.simulate else None
-    live: MCPEnvironment | None = None
-    try:
-        served = await agent.check_model()
-        simulator = Teacher(simulator_model, cfg.teacher) if simulator_model else None
-        info = teacher_provenance(cfg.model, served)
-        params = {**cfg.params(), "teacher": info}
-        if simulator is not None:
-            params |= simulator.fingerprint((SIMULATE,))
-        run_id = fingerprint(STAGE, inputs, params)
-        run = StageRun(
-            cfg.out, stage=STAGE, output=INTERACTIONS_FILE, record_type=Trajectory,
-            fingerprint=run_id, overwrite=cfg.overwrite, resume=cfg.resume,
-        )  # fmt: skip
-        if run.complete:
-            return InteractStats.model_validate(run.stats)
-        stats.resumed_units = len(run.units)
-        todo = [t for t in selected if not run.done(t.id)]
-        if cfg.mcp_config is not None and todo:
-            live = await _start_live(cfg.mcp_config, stats)
-        stage = InteractStage(
-            cfg, pool, agent=agent, simulator=simulator, live=live, run_id=run_id,
-            teacher_info=info,
-        )  # fmt: skip
-        await run_units(
-            run, [(t.id, t) for t in selected], stage.process, concurrency=cfg.concurrency,
-            max_connection_failures=cfg.max_connection_failures, progress=progress,
-        )  # fmt: skip
-    finally:
-        if live is not None:
-            await live.close()
-        await agent.close()
-        if simulator_model is not None:
-            await simulator_model.close()
-    stats.fingerprint, stats.params, stats.teacher = run_id, params, info
-    _count(stats, run, [t.id for t in selected])
-    return run.finish(stats, [t.id for t in selected], rejections=rejected)
+    servers: dict[str, Any] = {}  # live and failed, for the stats
+
+    async def start(ctx: StageContext[Trajectory]) -> Any:
+        simulator = None
+        if cfg.simulate:  # the teacher plays the tools on a model of its own
+            simulator_model = ChatModel(cfg.model, recover_calls=False)
+            ctx.closers.append(simulator_model.close)
+            simulator = Teacher(simulator_model, cfg.teacher)
+        live = None
+        if cfg.mcp_config is not None and any(not ctx.run.done(k) for k, _ in selected):
+            live = await _start_live(cfg.mcp_config, servers)
+            if live is not None:
+                ctx.closers.insert(0, live.close)
+        return InteractStage(cfg, ctx, pool, simulator, live).process
+
+    def count(stats: InteractStats, run: StageRun[Trajectory], order: list[str]) -> None:
+        _count(stats, run, order)
+        for name, value in servers.items():
+            setattr(stats, name, value)
+
+    spec = TeacherStage(
+        name=STAGE, units=selected, inputs=input_files([*tasks.files, *pool_files, *extra]),
+        prompts=(SIMULATE,) if cfg.simulate else (), output=INTERACTIONS_FILE,
+        record=Trajectory, stats=InteractStats, start=start, count=count,
+        rejected=tasks.rejected, stats_fields={"tasks": len(selected)}, agent=True,
+    )  # fmt: skip
+    return await run_teacher_stage(cfg, spec, progress)
 
 
 def _count(stats: InteractStats, run: StageRun[Trajectory], order: Sequence[str]) -> None:
@@ -469,6 +404,3 @@ def _count(stats: InteractStats, run: StageRun[Trajectory], order: Sequence[str]
         stats.recovered += sum(bool(f.get("recovered")) for f in failures)
     stats.calls = sum(len(r.events) for r in records)
     stats.mean_steps = round(sum(r.steps for r in records) / len(records), 3) if records else 0.0
-    stats.tokens = usage_totals(run)
-    stats.prompt_tokens = sum(t.prompt_tokens for t in stats.tokens.values())
-    stats.completion_tokens = sum(t.completion_tokens for t in stats.tokens.values())

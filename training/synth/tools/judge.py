@@ -23,36 +23,32 @@ scores), ``trajectory_judge:<problem>`` (no usable reply in ``max_attempts`` tri
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from astra_agent.errors import ConfigError
-from astra_agent.model import ChatModel, ModelConfig
 from astra_agent.trajectory import Trajectory
+from training.synth.runner import (
+    ScoreStats,
+    StageContext,
+    TeacherStage,
+    TeacherStageConfig,
+    TeacherStageStats,
+    parse_thresholds,
+    run_teacher_stage,
+    score_stats,
+)
 from training.synth.stage import (
     Progress,
-    Provenance,
     Rejection,
-    ScoreStats,
     Shard,
     StageRun,
-    StageStats,
     UnitOutcome,
-    code_version,
-    fingerprint,
     input_files,
-    read_records,
-    read_stats,
-    run_units,
-    score_stats,
-    usage_totals,
+    read_stage_output,
 )
-from training.synth.teacher import Teacher, TeacherConfig, TokenCount, teacher_provenance
 
 STAGE = "judge"
 JUDGE = "trajectory_judge"  # the prompt template
@@ -76,7 +72,6 @@ DIMENSIONS: tuple[Dimension, ...] = (
     "result_use",
     "query_understanding",
 )
-CALLS_LINE = re.compile(r"^Calls \(JSON, in order\): (.*)$", re.MULTILINE)
 
 
 class TrajectoryScores(BaseModel):
@@ -101,66 +96,38 @@ def overall(scores: dict[Dimension, int]) -> float:
     return round(sum(scores[d] for d in DIMENSIONS) / len(DIMENSIONS), 3)
 
 
-class JudgeConfig(BaseModel):
+class JudgeConfig(TeacherStageConfig):
     """``astra-train synth judge``. Kept: overall ≥ ``min_score`` and each criterion ≥ its
     ``min_each`` (2 for a name left out)."""
 
-    model_config = ConfigDict(extra="forbid")
+    PARAMS = ("min_score", "min_each", "result_chars", "reasoning_chars")
 
     interactions: list[Path] = Field(min_length=1, description="`synth interact` outputs or JSONL")
-    out: Path
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     min_score: float = Field(3.5, ge=1, le=5, description="overall (the mean) at least this")
     min_each: dict[Dimension, int] = Field(default_factory=dict)
     result_chars: int = Field(1_500, ge=100, description="of each tool result, shown")
     reasoning_chars: int = Field(1_500, ge=0, description="of each step's reasoning, shown")
-    concurrency: int = Field(8, ge=1)
-    shard: str | None = None
-    max_connection_failures: int = Field(5, ge=1)
-    resume: bool = False
-    overwrite: bool = False
 
     @model_validator(mode="after")
     def _thresholds(self) -> JudgeConfig:
         self.min_each = {d: self.min_each.get(d, 2) for d in DIMENSIONS}
         if not all(1 <= v <= 5 for v in self.min_each.values()):
             raise ValueError("min_each must be within 1..5")
-        Shard.parse(self.shard)
         return self
-
-    def params(self) -> dict[str, Any]:
-        keep = {"min_score", "min_each", "result_chars", "reasoning_chars", "shard"}
-        return self.model_dump(mode="json", include=keep)
 
 
 def parse_min_each(values: Sequence[str]) -> dict[str, int]:
     """``--min-each`` values: ``N`` (every criterion) or ``name=N``, later ones winning."""
-    out: dict[str, int] = {}
-    for value in values:
-        name, _, number = value.rpartition("=")
-        if name and name not in DIMENSIONS:
-            raise ConfigError(f"--min-each {value!r}: no criterion {name!r}",
-                              hint=", ".join(DIMENSIONS))  # fmt: skip
-        try:
-            n = int(number)
-        except ValueError:
-            raise ConfigError(f"--min-each {value!r}: write N or NAME=N (1-5)") from None
-        out |= dict.fromkeys([name] if name else list(DIMENSIONS), n)
-    return out
+    return parse_thresholds(values, DIMENSIONS, "--min-each", "criterion")
 
 
-class JudgeStats(StageStats):
+class JudgeStats(TeacherStageStats):
     stage: str = STAGE
     trajectories: int = 0  # read (this shard's)
     judged: int = 0
     kept: int = 0
     thresholds: dict[str, Any] = Field(default_factory=dict)
     scores: dict[str, ScoreStats] = Field(default_factory=dict)  # the seven and "overall"
-    teacher: dict[str, Any] = Field(default_factory=dict)
-    tokens: dict[str, TokenCount] = Field(default_factory=dict)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
 
 
 # ------------------------------------------------------------------ what the judge reads
@@ -209,69 +176,25 @@ def transcript(traj: Trajectory, result_chars: int, reasoning_chars: int) -> dic
     }  # fmt: skip
 
 
-def scripted_reply(name: str, prompt_text: str) -> dict[str, Any]:
-    """The scripted teacher's rule (tests): ``call_success`` 5 when every call succeeded, 4
-    when each failed tool later succeeded, else 2; ``call_conciseness`` 5 without repeated
-    tools, else 4; the other criteria 4."""
-    if name != JUDGE:
-        raise ValueError(f"no scripted rule for {name!r} here")
-    found = CALLS_LINE.findall(prompt_text)
-    calls = json.loads(found[-1]) if found else []
-    failed = {c["name"] for c in calls if not c["ok"]}
-    recovered = all(any(c["ok"] and c["name"] == n for c in calls) for n in failed)
-    names = [c["name"] for c in calls]
-    scores = dict.fromkeys(DIMENSIONS, 4)
-    scores["call_success"] = 5 if not failed else 4 if recovered else 2
-    scores["call_conciseness"] = 5 if len(set(names)) == len(names) else 4
-    reply: dict[str, Any] = {str(k): v for k, v in scores.items()}
-    return reply | {"reason": "scored by rule"}
-
-
 # ------------------------------------------------------------------ the stage
 
 
-def read_trajectories(
-    paths: Sequence[Path],
-) -> tuple[list[tuple[str, Trajectory]], list[Rejection], list[Path]]:
-    """(source, trajectory) of ``synth interact`` directories or JSONL files, each id once;
-    what cannot be judged as rejections."""
-    kept: dict[str, tuple[str, Trajectory]] = {}
-    rejected: list[Rejection] = []
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            read_stats(path, "interact")
-            path = path / INTERACTIONS_FILE
-        files.append(path)
-        got, bad = read_records(path, Trajectory, STAGE)
-        rejected += bad
-        for line, traj in got:
-            where = f"{path}:{line}"
-            reason = None
-            if not any(m.get("role") == "user" for m in traj.messages):
-                reason, detail = "not_a_trajectory", "no user message"
-            elif traj.termination != "stop":
-                reason, detail = "unfinished", f"termination {traj.termination}"
-            elif traj.id in kept:
-                reason, detail = "duplicate_trajectory", f"also at {kept[traj.id][0]}"
-            if reason is not None:
-                rejected.append(Rejection(stage=STAGE, source=where, id=traj.id, reason=reason,
-                                          detail=detail))  # fmt: skip
-            else:
-                kept[traj.id] = (where, traj)
-    return list(kept.values()), rejected, files
+def _judgeable(traj: Trajectory) -> tuple[str, str] | None:
+    if not any(m.get("role") == "user" for m in traj.messages):
+        return "not_a_trajectory", "no user message"
+    if traj.termination != "stop":
+        return "unfinished", f"termination {traj.termination}"
+    return None
 
 
 class JudgeStage:
-    def __init__(
-        self, cfg: JudgeConfig, teacher: Teacher, *, run_id: str, teacher_info: dict[str, Any]
-    ) -> None:
-        self.cfg, self.teacher, self.run_id, self.teacher_info = cfg, teacher, run_id, teacher_info
+    def __init__(self, cfg: JudgeConfig, ctx: StageContext[Trajectory]) -> None:
+        self.cfg, self.ctx = cfg, ctx
 
     async def process(self, key: str, item: tuple[str, Trajectory]) -> UnitOutcome[Trajectory]:
         source, traj = item
         view = transcript(traj, self.cfg.result_chars, self.cfg.reasoning_chars)
-        answer = await self.teacher.ask(JUDGE, TrajectoryScores, **view)
+        answer = await self.ctx.teacher.ask(JUDGE, TrajectoryScores, **view)
         scores = answer.value.scores()
         mean = overall(scores)
         low = [f"{d} {v} < {self.cfg.min_each[d]}" for d, v in scores.items()
@@ -288,19 +211,12 @@ class JudgeStage:
         meta = dict(traj.metadata)
         if "provenance" in meta:
             meta["interact_provenance"] = meta.pop("provenance")
+        detail = {"attempts": answer.attempts, "source": source}
+        prov = self.ctx.provenance([traj.id], prompts={JUDGE: answer.prompt.ref}, detail=detail)
         meta |= {
             "scores": all_scores,
             "judge_reason": answer.value.reason,
-            "provenance": Provenance(
-                stage=STAGE,
-                run=self.run_id,
-                code_version=code_version(),
-                inputs=[traj.id],
-                prompts={JUDGE: answer.prompt.ref},
-                teacher=self.teacher_info,
-                created=datetime.now(UTC).isoformat(timespec="seconds"),
-                detail={"attempts": answer.attempts, "source": source},
-            ).model_dump(mode="json"),
+            "provenance": prov.model_dump(mode="json"),
         }
         return UnitOutcome([traj.model_copy(update={"metadata": meta})])
 
@@ -308,38 +224,19 @@ class JudgeStage:
 async def synth_judge(cfg: JudgeConfig, progress: Progress | None = None) -> JudgeStats:
     """Judge the trajectories of ``cfg.interactions`` (this shard's) into ``cfg.out``."""
     shard = Shard.parse(cfg.shard)
-    items, rejected, files = read_trajectories(cfg.interactions)
-    selected = [(t.id, (src, t)) for src, t in items if shard.holds(t.id)]
-    inputs = input_files(files)
-    model = ChatModel(cfg.model, recover_calls=False)
-    try:
-        served = await model.check_model()
-        teacher = Teacher(model, cfg.teacher)
-        info = teacher_provenance(cfg.model, served)
-        params = {**cfg.params(), "teacher": info, **teacher.fingerprint((JUDGE,))}
-        run_id = fingerprint(STAGE, inputs, params)
-        run = StageRun(
-            cfg.out, stage=STAGE, output=TRAJECTORIES_FILE, record_type=Trajectory,
-            fingerprint=run_id, overwrite=cfg.overwrite, resume=cfg.resume,
-        )  # fmt: skip
-        if run.complete:
-            return JudgeStats.model_validate(run.stats)
-        resumed = len(run.units)
-        stage = JudgeStage(cfg, teacher, run_id=run_id, teacher_info=info)
-        await run_units(
-            run, selected, stage.process, concurrency=cfg.concurrency,
-            max_connection_failures=cfg.max_connection_failures, progress=progress,
-        )  # fmt: skip
-    finally:
-        await model.close()
-    stats = JudgeStats(
-        fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params,
-        resumed_units=resumed, trajectories=len(selected), teacher=info,
-        thresholds={"min_score": cfg.min_score, "min_each": dict(cfg.min_each)},
+    got = read_stage_output(
+        cfg.interactions, Trajectory, stage=STAGE, producer="interact", file=INTERACTIONS_FILE,
+        duplicate="duplicate_trajectory", check=_judgeable, say_where=True,
     )  # fmt: skip
-    order = [k for k, _ in selected]
-    _count(stats, run, order)
-    return run.finish(stats, order, rejections=rejected)
+    selected = [(t.id, (src, t)) for src, t in got.records if shard.holds(t.id)]
+    spec = TeacherStage(
+        name=STAGE, units=selected, inputs=input_files(got.files), prompts=(JUDGE,),
+        output=TRAJECTORIES_FILE, record=Trajectory, stats=JudgeStats,
+        start=lambda ctx: JudgeStage(cfg, ctx).process, count=_count, rejected=got.rejected,
+        stats_fields={"trajectories": len(selected), "thresholds": {
+            "min_score": cfg.min_score, "min_each": dict(cfg.min_each)}},
+    )  # fmt: skip
+    return await run_teacher_stage(cfg, spec, progress)
 
 
 def _count(stats: JudgeStats, run: StageRun[Trajectory], order: Sequence[str]) -> None:
@@ -349,6 +246,3 @@ def _count(stats: JudgeStats, run: StageRun[Trajectory], order: Sequence[str]) -
                      for x in run.units[u].rejections if x.scores]  # fmt: skip
     stats.kept, stats.judged = len(records), len(judged)
     stats.scores = score_stats(judged, kept)
-    stats.tokens = usage_totals(run)
-    stats.prompt_tokens = sum(t.prompt_tokens for t in stats.tokens.values())
-    stats.completion_tokens = sum(t.completion_tokens for t in stats.tokens.values())

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from training.synth.stage import (
     fingerprint,
     input_files,
     read_records,
+    read_stage_output,
     read_stats,
 )
 
@@ -449,3 +451,22 @@ def read_pool(directory: Path) -> tuple[list[tuple[int, ToolRecord]], list[Rejec
     lines as rejections."""
     read_stats(directory, STAGE)
     return read_records(directory / POOL_FILE, ToolRecord, "graph")
+
+
+def read_tools(paths: Sequence[Path], stage: str) -> tuple[dict[str, ToolRecord], list[Path]]:
+    """The tools of ``synth pool`` directories or ``pool.jsonl`` files, by id (the first of
+    an id; lines that are not tools are skipped); and the files read."""
+    got = read_stage_output(paths, ToolRecord, stage=stage, producer=STAGE, file=POOL_FILE)
+    return {t.id: t for _, t in got.records}, got.files
+
+
+def tool_view(tools: Sequence[ToolRecord]) -> tuple[list[dict[str, Any]], str]:
+    """The tools as the prompts show them: a list, and the same as one line of JSON."""
+    view = []
+    for t in tools:
+        item: dict[str, Any] = {"name": t.name, "description": t.description}
+        item["parameters"] = t.input_schema
+        if t.output_description or t.output_schema:
+            item["returns"] = t.output_description or t.output_schema
+        view.append(item)
+    return view, json.dumps(view, ensure_ascii=False)

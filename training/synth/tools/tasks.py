@@ -37,15 +37,11 @@ mode, teacher tokens by prompt, score distributions).
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import hashlib
 import json
 import re
-import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -53,34 +49,30 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from astra_agent.errors import ConfigError
-from astra_agent.model import ChatModel, ModelConfig
+from training.synth.runner import (
+    ScoreStats,
+    StageContext,
+    TeacherStage,
+    TeacherStageConfig,
+    TeacherStageStats,
+    gather,
+    parse_thresholds,
+    run_teacher_stage,
+    score_stats,
+)
 from training.synth.stage import (
     Progress,
     Provenance,
     Rejection,
-    ScoreStats,
     Shard,
     StageRun,
-    StageStats,
     UnitOutcome,
-    code_version,
-    fingerprint,
     input_files,
-    read_records,
-    read_stats,
-    run_units,
-    score_stats,
-    usage_totals,
 )
-from training.synth.teacher import (
-    Teacher,
-    TeacherConfig,
-    TeacherRejected,
-    TokenCount,
-    teacher_provenance,
-)
-from training.synth.tools.chains import CHAINS_FILE, ToolChain
-from training.synth.tools.pool import POOL_FILE, ToolRecord
+from training.synth.teacher import TeacherRejected
+from training.synth.text import NearDuplicates, quote, signature, similarity
+from training.synth.tools.chains import PersonaQuestion, Question, ToolChain, read_chains
+from training.synth.tools.pool import ToolRecord, read_tools, tool_view
 
 STAGE = "tasks"
 TASKS_FILE = "tasks.jsonl"
@@ -98,16 +90,6 @@ SCORES: tuple[ScoreName, ...] = (
 
 
 # ------------------------------------------------------------------ what the teacher returns
-
-
-class Question(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    question: str = Field(min_length=10, max_length=2000)
-
-
-class PersonaQuestion(Question):
-    persona: str = Field(min_length=3, max_length=500)
 
 
 class JudgeScores(BaseModel):
@@ -143,17 +125,22 @@ class TaskRecord(BaseModel):
     provenance: Provenance | None = None
 
 
-class TasksConfig(BaseModel):
+class TasksConfig(TeacherStageConfig):
     """``astra-train synth tasks``. Thresholds: every score at least ``min_scores`` (3 each by
     default; a name left out keeps its default) and the four's mean at least ``min_mean``."""
 
-    model_config = ConfigDict(extra="forbid")
+    PARAMS = (
+        "modes",
+        "min_scores",
+        "min_mean",
+        "dedup_threshold",
+        "decontaminate",
+        "decontam_threshold",
+        "shingle",
+    )
 
     chains: list[Path] = Field(min_length=1, description="`synth chains` outputs or JSONL files")
     pool: list[Path] = Field(min_length=1, description="`synth pool` outputs or pool.jsonl files")
-    out: Path
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     modes: list[TaskMode] = Field(default_factory=lambda: list(MODES), min_length=1)
     min_scores: dict[ScoreName, int] = Field(default_factory=dict)
     min_mean: float = Field(3.5, ge=1, le=5)
@@ -161,11 +148,6 @@ class TasksConfig(BaseModel):
     decontaminate: bool = True
     decontam_threshold: float = Field(0.5, gt=0, le=1)
     shingle: int = Field(3, ge=1, le=8, description="words per shingle")
-    concurrency: int = Field(8, ge=1, description="chains at once (each asks per mode at once)")
-    shard: str | None = Field(None, description="i/N: the chains whose id hashes to i")
-    max_connection_failures: int = Field(5, ge=1)
-    resume: bool = False
-    overwrite: bool = False
 
     @field_validator("modes")
     @classmethod
@@ -177,114 +159,21 @@ class TasksConfig(BaseModel):
         self.min_scores = {name: self.min_scores.get(name, 3) for name in SCORES}
         if not all(1 <= v <= 5 for v in self.min_scores.values()):
             raise ValueError("min_scores must be within 1..5")
-        Shard.parse(self.shard)
         return self
-
-    def params(self) -> dict[str, Any]:
-        """What the results depend on (the teacher's part is added by the run)."""
-        keep = {"modes", "min_scores", "min_mean", "dedup_threshold", "decontaminate"}
-        keep |= {"decontam_threshold", "shingle", "shard"}
-        return self.model_dump(mode="json", include=keep)
 
 
 def parse_min_scores(values: Sequence[str]) -> dict[str, int]:
     """``--min-score`` values: ``N`` (every score) or ``name=N``, later ones winning."""
-    out: dict[str, int] = {}
-    for value in values:
-        name, _, number = value.rpartition("=")
-        names = [name] if name else list(SCORES)
-        if name and name not in SCORES:
-            raise ConfigError(f"--min-score {value!r}: no score {name!r}", hint=", ".join(SCORES))
-        try:
-            n = int(number)
-        except ValueError:
-            raise ConfigError(f"--min-score {value!r}: write N or NAME=N (1-5)") from None
-        out |= dict.fromkeys(names, n)
-    return out
+    return parse_thresholds(values, SCORES, "--min-score", "score")
 
 
-class TaskStats(StageStats):
+class TaskStats(TeacherStageStats):
     stage: str = STAGE
     chains: int = 0
     questions: int = 0
     by_mode: dict[str, int] = Field(default_factory=dict)
-    teacher: dict[str, Any] = Field(default_factory=dict)
-    tokens: dict[str, TokenCount] = Field(default_factory=dict)  # by prompt ("tasks.v1")
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
     scores: dict[str, ScoreStats] = Field(default_factory=dict)  # "overall": the four's mean
     bfcl_questions: int = 0  # the decontamination set
-
-
-# ------------------------------------------------------------------ similarity (MinHash)
-
-PERMUTATIONS = 128
-_WORD = re.compile(r"\w+")
-_ROW = struct.Struct(f"<{PERMUTATIONS}I")
-
-
-def shingles(text: str, size: int = 3) -> set[str]:
-    """The text's lower-cased word ``size``-grams (the whole text when it is shorter)."""
-    words = _WORD.findall(text.lower())
-    if len(words) <= size:
-        return {" ".join(words)} if words else set()
-    return {" ".join(words[i : i + size]) for i in range(len(words) - size + 1)}
-
-
-def signature(text: str, size: int = 3) -> tuple[int, ...]:
-    """MinHash signature: per hash function (a 4-byte slice of the shingle's shake_128
-    digest), the minimum over the shingles. Empty for a text without words."""
-    rows = [
-        _ROW.unpack(hashlib.shake_128(s.encode()).digest(_ROW.size)) for s in shingles(text, size)
-    ]
-    return tuple(map(min, zip(*rows, strict=True))) if rows else ()
-
-
-def similarity(a: Sequence[int], b: Sequence[int]) -> float:
-    """The Jaccard similarity estimate of two signatures."""
-    if not a or not b:
-        return 0.0
-    return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
-
-
-def _rows_per_band(threshold: float) -> int:
-    """The most rows per LSH band that still finds a pair at ``threshold`` with ≥ 99.9 %."""
-    for rows in (16, 8, 4, 2):
-        if 1 - (1 - threshold**rows) ** (PERMUTATIONS // rows) >= 0.999:
-            return rows
-    return 1
-
-
-class NearDuplicates:
-    """Signatures indexed by LSH bands: which known text is at least ``threshold`` similar."""
-
-    def __init__(self, threshold: float) -> None:
-        self.threshold = threshold
-        self.rows = _rows_per_band(threshold)
-        self._bands: dict[tuple[int, tuple[int, ...]], list[str]] = {}
-        self._sigs: dict[str, tuple[int, ...]] = {}
-
-    def __len__(self) -> int:
-        return len(self._sigs)
-
-    def _keys(self, sig: tuple[int, ...]) -> Iterable[tuple[int, tuple[int, ...]]]:
-        r = self.rows
-        return ((b, sig[b * r : (b + 1) * r]) for b in range(PERMUTATIONS // r))
-
-    def query(self, sig: tuple[int, ...]) -> tuple[str, float] | None:
-        """The most similar known text at or over the threshold (label, similarity)."""
-        if not sig:
-            return None
-        found = {label for key in self._keys(sig) for label in self._bands.get(key, ())}
-        best = max(((similarity(sig, self._sigs[x]), x) for x in sorted(found)), default=None)
-        return (best[1], best[0]) if best and best[0] >= self.threshold else None
-
-    def add(self, label: str, sig: tuple[int, ...]) -> None:
-        if not sig or label in self._sigs:
-            return
-        self._sigs[label] = sig
-        for key in self._keys(sig):
-            self._bands.setdefault(key, []).append(label)
 
 
 @cache
@@ -359,60 +248,6 @@ def _name_patterns(name: str) -> tuple[re.Pattern[str] | None, re.Pattern[str]]:
     return named, re.compile(used, re.IGNORECASE)
 
 
-# ------------------------------------------------------------------ inputs
-
-
-def read_chains(paths: Sequence[Path]) -> tuple[list[ToolChain], list[Rejection], list[Path]]:
-    """Chains of ``synth chains`` directories (checked complete) or JSONL files, each id once
-    (a repeated one is rejected as ``duplicate_chain``); and the files read."""
-    chains: dict[str, ToolChain] = {}
-    rejected: list[Rejection] = []
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            read_stats(path, "chains")
-            path = path / CHAINS_FILE
-        files.append(path)
-        got, bad = read_records(path, ToolChain, STAGE)
-        rejected += bad
-        for line, chain in got:
-            if chain.id in chains:
-                rejected.append(
-                    Rejection(stage=STAGE, source=f"{path}:{line}", id=chain.id,
-                              reason="duplicate_chain")
-                )  # fmt: skip
-            else:
-                chains[chain.id] = chain
-    return list(chains.values()), rejected, files
-
-
-def read_tools(paths: Sequence[Path]) -> tuple[dict[str, ToolRecord], list[Path]]:
-    """The tools of ``synth pool`` directories or ``pool.jsonl`` files, by id."""
-    tools: dict[str, ToolRecord] = {}
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            read_stats(path, "pool")
-            path = path / POOL_FILE
-        files.append(path)
-        got, _ = read_records(path, ToolRecord, STAGE)
-        for _, tool in got:
-            tools.setdefault(tool.id, tool)
-    return tools, files
-
-
-def tool_view(tools: Sequence[ToolRecord]) -> tuple[list[dict[str, Any]], str]:
-    """The tools as the prompts show them: a list, and the same as one line of JSON."""
-    view = []
-    for t in tools:
-        item: dict[str, Any] = {"name": t.name, "description": t.description}
-        item["parameters"] = t.input_schema
-        if t.output_description or t.output_schema:
-            item["returns"] = t.output_description or t.output_schema
-        view.append(item)
-    return view, json.dumps(view, ensure_ascii=False)
-
-
 # ------------------------------------------------------------------ the stage
 
 
@@ -427,31 +262,21 @@ class _Draft:
     sig: tuple[int, ...]
 
 
-def _quote(text: str, limit: int = 160) -> str:
-    return json.dumps(text if len(text) <= limit else text[:limit] + "…", ensure_ascii=False)
-
-
 class TasksStage:
     """The per-chain work of the stage; its near-duplicate index lives across chains."""
 
     def __init__(
         self,
         cfg: TasksConfig,
-        teacher: Teacher,
+        ctx: StageContext[TaskRecord],
         tools: Mapping[str, ToolRecord],
-        *,
-        run_id: str,
-        teacher_info: dict[str, Any],
         bfcl: NearDuplicates | None,
     ) -> None:
-        self.cfg, self.teacher, self.tools = cfg, teacher, tools
-        self.run_id, self.teacher_info, self.bfcl = run_id, teacher_info, bfcl
+        self.cfg, self.ctx, self.teacher, self.tools = cfg, ctx, ctx.teacher, tools
+        self.bfcl = bfcl
         self.kept = NearDuplicates(cfg.dedup_threshold)
-        self.prompts = {name: teacher.prompt(name).ref for name in PROMPTS}
-
-    def resume(self, records: Iterable[TaskRecord]) -> None:
-        """Know the questions an interrupted run kept (near-duplicates of them are rejected)."""
-        for r in records:
+        self.prompts = ctx.refs(PROMPTS)
+        for r in ctx.kept():  # an interrupted run's: near-duplicates of them are rejected
             self.kept.add(r.id, signature(r.question, self.cfg.shingle))
 
     def _reject(self, chain: ToolChain, rid: str, reason: str, detail: str, **kw: Any) -> Rejection:
@@ -464,7 +289,7 @@ class TasksStage:
             return UnitOutcome(rejections=[self._reject(chain, key, "unknown_tool", why)])
         tools = [self.tools[t] for t in chain.tools]
         view = tool_view(tools)
-        drafts = await _gather(self._draft(chain, view, mode) for mode in self.cfg.modes)
+        drafts = await gather(self._draft(chain, view, mode) for mode in self.cfg.modes)
         rejections = [d for d in drafts if isinstance(d, Rejection)]
         screened: list[_Draft] = []
         for d in drafts:
@@ -474,7 +299,7 @@ class TasksStage:
                     screened.append(d)
                 else:
                     rejections.append(problem)
-        judged = await _gather(self._judge(chain, view, d) for d in screened)
+        judged = await gather(self._judge(chain, view, d) for d in screened)
         records: list[TaskRecord] = []
         for d, verdict in zip(screened, judged, strict=True):
             if isinstance(verdict, Rejection):
@@ -483,7 +308,7 @@ class TasksStage:
             # no await from here to the commit: the index and the journal stay in step
             dup = self.kept.query(d.sig)
             if dup is not None:
-                detail = f"similarity {dup[1]:.2f} with {dup[0]}: {_quote(d.question)}"
+                detail = f"similarity {dup[1]:.2f} with {dup[0]}: {quote(d.question)}"
                 rejections.append(self._reject(chain, d.id, "near_duplicate", detail, raw=d.raw))
                 continue
             self.kept.add(d.id, d.sig)
@@ -513,11 +338,11 @@ class TasksStage:
         """The cheap checks, before the judge: a tool named, BFCL, a near-duplicate."""
         name = named_tool(d.question, tools)
         if name is not None:
-            detail = f"names the tool {name!r}: {_quote(d.question)}"
+            detail = f"names the tool {name!r}: {quote(d.question)}"
             return self._reject(chain, d.id, "names_tool", detail, raw=d.raw)
         hit = self.bfcl.query(d.sig) if self.bfcl is not None else None
         if hit is not None:
-            detail = f"similarity {hit[1]:.2f} with BFCL {hit[0]}: {_quote(d.question)}"
+            detail = f"similarity {hit[1]:.2f} with BFCL {hit[0]}: {quote(d.question)}"
             return self._reject(chain, d.id, "contaminated", detail, raw=d.raw)
         dup = self.kept.query(d.sig)
         for e in earlier:
@@ -525,7 +350,7 @@ class TasksStage:
             if sim >= self.cfg.dedup_threshold and (dup is None or sim > dup[1]):
                 dup = (e.id, sim)
         if dup is not None:
-            detail = f"similarity {dup[1]:.2f} with {dup[0]}: {_quote(d.question)}"
+            detail = f"similarity {dup[1]:.2f} with {dup[0]}: {quote(d.question)}"
             return self._reject(chain, d.id, "near_duplicate", detail, raw=d.raw)
         return None
 
@@ -538,7 +363,7 @@ class TasksStage:
                 JUDGE, JudgeScores, tools=view[0], tools_json=view[1], question_json=question_json
             )
         except TeacherRejected as exc:
-            detail = f"{exc.detail}; question: {_quote(d.question)}"
+            detail = f"{exc.detail}; question: {quote(d.question)}"
             return self._reject(chain, d.id, exc.code, detail, raw=exc.raw_text)
         scores = answer.value.scores()
         low = [f"{n} {v} < {self.cfg.min_scores[n]}" for n, v in scores.items()
@@ -547,7 +372,7 @@ class TasksStage:
         if mean < self.cfg.min_mean:
             low.append(f"mean {mean:.2f} < {self.cfg.min_mean:g}")
         if low:
-            detail = f"{'; '.join(low)}: {_quote(d.question)}"
+            detail = f"{'; '.join(low)}: {quote(d.question)}"
             return self._reject(
                 chain, d.id, "low_score", detail, raw=answer.raw, scores=dict(scores)
             )
@@ -564,26 +389,10 @@ class TasksStage:
             domain=chain.domain,
             scores=verdict.scores(),
             judge_reason=verdict.reason,
-            provenance=Provenance(
-                stage=STAGE,
-                run=self.run_id,
-                code_version=code_version(),
-                inputs=[chain.id],
-                prompts=self.prompts,
-                teacher=self.teacher_info,
-                created=datetime.now(UTC).isoformat(timespec="seconds"),
-                detail={"attempts": d.attempts},
+            provenance=self.ctx.provenance(
+                [chain.id], prompts=self.prompts, detail={"attempts": d.attempts}
             ),
         )
-
-
-async def _gather(coros: Iterable[Any]) -> list[Any]:
-    """All of them, to the end; then the first exception (an endpoint failure) is raised."""
-    results = await asyncio.gather(*coros, return_exceptions=True)
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
-    return results
 
 
 # ------------------------------------------------------------------ the run
@@ -592,40 +401,18 @@ async def _gather(coros: Iterable[Any]) -> list[Any]:
 async def synth_tasks(cfg: TasksConfig, progress: Progress | None = None) -> TaskStats:
     """Questions for the chains of ``cfg.chains`` (this shard's) into ``cfg.out``."""
     shard = Shard.parse(cfg.shard)
-    chains, rejected, chain_files = read_chains(cfg.chains)
-    tools, pool_files = read_tools(cfg.pool)
+    chains = read_chains(cfg.chains, STAGE)
+    tools, pool_files = read_tools(cfg.pool, STAGE)
     bfcl = bfcl_index(cfg.decontam_threshold, cfg.shingle) if cfg.decontaminate else None
-    selected = [c for c in chains if shard.holds(c.id)]
-    inputs = input_files([*chain_files, *pool_files])
-    model = ChatModel(cfg.model, recover_calls=False)
-    try:
-        served = await model.check_model()
-        teacher = Teacher(model, cfg.teacher)
-        info = teacher_provenance(cfg.model, served)
-        params = {**cfg.params(), "teacher": info, **teacher.fingerprint(PROMPTS)}
-        run_id = fingerprint(STAGE, inputs, params)
-        run = StageRun(
-            cfg.out, stage=STAGE, output=TASKS_FILE, record_type=TaskRecord,
-            fingerprint=run_id, overwrite=cfg.overwrite, resume=cfg.resume,
-        )  # fmt: skip
-        if run.complete:
-            return TaskStats.model_validate(run.stats)
-        resumed = len(run.units)
-        stage = TasksStage(cfg, teacher, tools, run_id=run_id, teacher_info=info, bfcl=bfcl)
-        stage.resume(r for unit in run.units for r in run.records(unit))
-        await run_units(
-            run, [(c.id, c) for c in selected], stage.process, concurrency=cfg.concurrency,
-            max_connection_failures=cfg.max_connection_failures, progress=progress,
-        )  # fmt: skip
-    finally:
-        await model.close()
-    stats = TaskStats(
-        fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params,
-        resumed_units=resumed, chains=len(selected), teacher=info,
-        bfcl_questions=len(bfcl) if bfcl is not None else 0,
+    selected = [(c.id, c) for _, c in chains.records if shard.holds(c.id)]
+    spec = TeacherStage(
+        name=STAGE, units=selected, inputs=input_files([*chains.files, *pool_files]),
+        prompts=PROMPTS, output=TASKS_FILE, record=TaskRecord, stats=TaskStats,
+        start=lambda ctx: TasksStage(cfg, ctx, tools, bfcl).process, count=_count,
+        rejected=chains.rejected, stats_fields={
+            "chains": len(selected), "bfcl_questions": len(bfcl) if bfcl is not None else 0},
     )  # fmt: skip
-    _count(stats, run, [c.id for c in selected])
-    return run.finish(stats, [c.id for c in selected], rejections=rejected)
+    return await run_teacher_stage(cfg, spec, progress)
 
 
 def _count(stats: TaskStats, run: StageRun[TaskRecord], order: Sequence[str]) -> None:
@@ -639,7 +426,4 @@ def _count(stats: TaskStats, run: StageRun[TaskRecord], order: Sequence[str]) ->
     stats.questions = len(records)
     for r in records:
         stats.by_mode[r.mode] = stats.by_mode.get(r.mode, 0) + 1
-    stats.tokens = usage_totals(run)
-    stats.prompt_tokens = sum(t.prompt_tokens for t in stats.tokens.values())
-    stats.completion_tokens = sum(t.completion_tokens for t in stats.tokens.values())
     stats.scores = score_stats(judged, kept)

@@ -1,6 +1,4 @@
-"""The scripted teacher's rules for the ``env_code`` and ``merge`` templates (see
-:mod:`training.synth.scripted`: its ``RESPONDERS`` call
-:func:`training.synth.envs.code.scripted_reply`, which is :func:`scripted_reply`).
+"""The scripted teacher's rules for the ``env_code`` and ``merge`` templates (tests).
 
 ``env_code``
     a lookup tool over a mock table: named by a ``[tool:NAME]`` token in the sub-question, else
@@ -37,6 +35,7 @@ import re
 from typing import Any
 
 from astra_agent.arena import AnswerMatch
+from training.synth.testing.rules import ScriptedPlants, rule
 
 SUB_LINE = re.compile(r"^Sub-question \(JSON\): (.*)$", re.MULTILINE)
 INPUTS_LINE = re.compile(r"^Inputs \(JSON\): (.*)$", re.MULTILINE)
@@ -238,7 +237,8 @@ def _merge(text: str) -> dict[str, Any]:
     return {"merges": merges}
 
 
-def scripted_reply(name: str, prompt_text: str) -> dict[str, Any]:
+@rule("env_code", "merge")
+def scripted_reply(name: str, prompt_text: str, plants: ScriptedPlants) -> dict[str, Any]:
     """The good answer (by the rules above) to an ``env_code`` or ``merge`` prompt."""
     if name == "env_code":
         return _env_code(prompt_text)

@@ -38,42 +38,35 @@ import asyncio
 import json
 import random
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from astra_agent.model import ChatModel, ModelConfig
+from training.synth.runner import (
+    StageContext,
+    TeacherStage,
+    TeacherStageConfig,
+    TeacherStageStats,
+    run_teacher_stage,
+)
 from training.synth.stage import (
     Progress,
-    Provenance,
     Rejection,
     Shard,
     StageRun,
     UnitOutcome,
-    code_version,
-    fingerprint,
+    check_out,
     input_files,
-    run_units,
-    usage_totals,
 )
-from training.synth.teacher import (
-    Answer,
-    Teacher,
-    TeacherConfig,
-    TeacherRejected,
-    TokenCount,
-    teacher_provenance,
-)
-from training.synth.tools.chains import CHAINS_FILE, ChainStats, ToolChain
+from training.synth.teacher import Answer, TeacherRejected
+from training.synth.text import cut_text
+from training.synth.tools.chains import CHAINS_FILE, ChainStats, Question, ToolChain, read_chains
 from training.synth.tools.chains import STAGE as CHAINS_STAGE
-from training.synth.tools.confirm import check_out, cut_text
-from training.synth.tools.pool import ToolRecord
-from training.synth.tools.tasks import GENERATE, Question, read_chains, read_tools, tool_view
+from training.synth.tools.pool import ToolRecord, read_tools, tool_view
 
 STAGE = "check-chains"
-VOTE, BACK = "chain_vote", "back_translate"  # the prompt templates (and GENERATE: tasks)
+VOTE, BACK, GENERATE = "chain_vote", "back_translate", "tasks"  # the prompt templates
 PROMPTS = (VOTE, GENERATE, BACK)
 T = TypeVar("T")
 
@@ -92,38 +85,21 @@ class Predicted(BaseModel):
     reason: str = Field("", max_length=2000)
 
 
-class CheckChainsConfig(BaseModel):
+class CheckChainsConfig(TeacherStageConfig):
     """``astra-train synth check-chains``."""
 
-    model_config = ConfigDict(extra="forbid")
+    PARAMS = ("votes", "vote_threshold", "back_translate", "max_offered", "seed")
 
     chains: list[Path] = Field(min_length=1, description="`synth chains` outputs or JSONL files")
     pool: list[Path] = Field(min_length=1, description="`synth pool` outputs or pool.jsonl files")
-    out: Path
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     votes: int = Field(1, ge=1, le=15, description="teacher votes per chain")
     vote_threshold: float = Field(0.5, gt=0, le=1, description="share of yes votes to keep")
     back_translate: bool = Field(True, description="check that a request maps back to the chain")
     max_offered: int = Field(32, ge=2, le=256, description="tools offered to back-translate")
     seed: int = 0
-    concurrency: int = Field(8, ge=1, description="chains at once")
-    shard: str | None = Field(None, description="i/N: the chains whose id hashes to i")
-    max_connection_failures: int = Field(5, ge=1)
-    resume: bool = False
-    overwrite: bool = False
-
-    @model_validator(mode="after")
-    def _check(self) -> CheckChainsConfig:
-        Shard.parse(self.shard)
-        return self
-
-    def params(self) -> dict[str, Any]:
-        keep = {"votes", "vote_threshold", "back_translate", "max_offered", "seed", "shard"}
-        return self.model_dump(mode="json", include=keep)
 
 
-class CheckStats(ChainStats):
+class CheckStats(ChainStats, TeacherStageStats):
     """``stats.json``: a chains run's (over the kept chains) and the checks' counts."""
 
     check: str = STAGE
@@ -134,10 +110,6 @@ class CheckStats(ChainStats):
     votes_no: int = 0
     voted_out: int = 0
     mismatched: int = 0
-    teacher: dict[str, Any] = Field(default_factory=dict)
-    tokens: dict[str, TokenCount] = Field(default_factory=dict)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
 
 
 async def _settle(coros: Iterable[Awaitable[T]]) -> list[T | TeacherRejected]:
@@ -156,17 +128,10 @@ def _names(tools: Sequence[str]) -> str:
 
 class CheckStage:
     def __init__(
-        self,
-        cfg: CheckChainsConfig,
-        teacher: Teacher,
-        tools: Mapping[str, ToolRecord],
-        *,
-        run_id: str,
-        teacher_info: dict[str, Any],
+        self, cfg: CheckChainsConfig, ctx: StageContext[ToolChain], tools: Mapping[str, ToolRecord]
     ) -> None:
-        self.cfg, self.teacher, self.tools = cfg, teacher, tools
-        self.run_id, self.info = run_id, teacher_info
-        self.prompts = {n: teacher.prompt(n).ref for n in PROMPTS}
+        self.cfg, self.ctx, self.teacher, self.tools = cfg, ctx, ctx.teacher, tools
+        self.prompts = ctx.refs(PROMPTS)
         self.by_server: dict[str, list[ToolRecord]] = {}
         for t in sorted(tools.values(), key=lambda t: t.id):
             self.by_server.setdefault(t.server, []).append(t)
@@ -273,20 +238,9 @@ class CheckStage:
     def _record(self, chain: ToolChain, detail: dict[str, Any]) -> ToolChain:
         sampled = chain.provenance.model_dump(mode="json") if chain.provenance else None
         prompts = self.prompts if self.cfg.back_translate else {VOTE: self.prompts[VOTE]}
-        return chain.model_copy(
-            update={
-                "provenance": Provenance(
-                    stage=STAGE,
-                    run=self.run_id,
-                    code_version=code_version(),
-                    inputs=[chain.id],
-                    prompts=prompts,
-                    teacher=self.info,
-                    created=datetime.now(UTC).isoformat(timespec="seconds"),
-                    detail={**detail, "sampled": sampled},
-                )
-            }
-        )
+        detail = {**detail, "sampled": sampled}
+        prov = self.ctx.provenance([chain.id], prompts=prompts, detail=detail)
+        return chain.model_copy(update={"provenance": prov})
 
 
 async def synth_check_chains(
@@ -295,40 +249,18 @@ async def synth_check_chains(
     """Vote on and back-translate the chains of ``cfg.chains`` (this shard's) into ``cfg.out``."""
     check_out(cfg.out, [*cfg.chains, *cfg.pool], "--chains or --pool")
     shard = Shard.parse(cfg.shard)
-    chains, rejected, chain_files = read_chains(cfg.chains)
-    rejected = [r.model_copy(update={"stage": STAGE}) for r in rejected]
-    tools, pool_files = read_tools(cfg.pool)
-    selected = [c for c in chains if shard.holds(c.id)]
-    inputs = input_files([*chain_files, *pool_files])
-    prompts = PROMPTS if cfg.back_translate else (VOTE,)
-    model = ChatModel(cfg.model, recover_calls=False)
-    try:
-        served = await model.check_model()
-        teacher = Teacher(model, cfg.teacher)
-        info = teacher_provenance(cfg.model, served)
-        params = {**cfg.params(), "teacher": info, **teacher.fingerprint(prompts)}
-        run_id = fingerprint(STAGE, inputs, params)
-        run = StageRun(
-            cfg.out, stage=CHAINS_STAGE, output=CHAINS_FILE, record_type=ToolChain,
-            fingerprint=run_id, overwrite=cfg.overwrite, resume=cfg.resume,
-        )  # fmt: skip
-        if run.complete:
-            return CheckStats.model_validate(run.stats)
-        resumed = len(run.units)
-        stage = CheckStage(cfg, teacher, tools, run_id=run_id, teacher_info=info)
-        await run_units(
-            run, [(c.id, c) for c in selected], stage.process, concurrency=cfg.concurrency,
-            max_connection_failures=cfg.max_connection_failures, progress=progress,
-        )  # fmt: skip
-    finally:
-        await model.close()
-    stats = CheckStats(
-        fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params,
-        resumed_units=resumed, teacher=info, checked=len(selected), requested=len(selected),
+    chains = read_chains(cfg.chains, STAGE)
+    tools, pool_files = read_tools(cfg.pool, STAGE)
+    selected = [(c.id, c) for _, c in chains.records if shard.holds(c.id)]
+    spec = TeacherStage(
+        name=STAGE, units=selected, inputs=input_files([*chains.files, *pool_files]),
+        prompts=PROMPTS if cfg.back_translate else (VOTE,), output=CHAINS_FILE,
+        record=ToolChain, stats=CheckStats, writes=CHAINS_STAGE, rejected=chains.rejected,
+        start=lambda ctx: CheckStage(cfg, ctx, tools).process,
+        count=lambda stats, run, order: _count(stats, run, order, [c for _, c in selected]),
+        stats_fields={"checked": len(selected), "requested": len(selected)},
     )  # fmt: skip
-    order = [c.id for c in selected]
-    _count(stats, run, order, selected)
-    return run.finish(stats, order, rejections=rejected)
+    return await run_teacher_stage(cfg, spec, progress)
 
 
 def _count(
@@ -354,6 +286,3 @@ def _count(
     covered = {t for c in kept for t in c.tools}
     stats.tools, stats.covered = len(used), len(covered)
     stats.not_covered = sorted(used - covered)
-    stats.tokens = usage_totals(run)
-    stats.prompt_tokens = sum(t.prompt_tokens for t in stats.tokens.values())
-    stats.completion_tokens = sum(t.completion_tokens for t in stats.tokens.values())

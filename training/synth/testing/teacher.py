@@ -12,33 +12,38 @@ prompt's machine-readable lines (``Tool chain (JSON, in call order): …``, ``Mo
 ``tasks_judge``
     tool-selection difficulty ``min(5, 2 + tools in the chain)``, 4 for the other scores.
 
-An unknown template is answered with HTTP 400. For tests, ``output`` switches every reply (or
+The other templates' rules are registered by name (:mod:`training.synth.testing.rules`), a
+chat request that offers tools is answered by :func:`~training.synth.testing.agent.scripted_agent`
+(the teacher as the agent of an episode), and an unknown template with HTTP 400. For tests,
+``checks`` plants answers of the chain checks' rules, and ``output`` switches every reply (or
 a :class:`Plant`'s, for one chain and mode) to a tolerated shape (``fenced``, ``think``,
 ``prose``) or a malformed / hostile one (see :data:`OutputKind`) for the first ``times``
 attempts of each question (a retry is a request with more than one user message); a plant can
 also put its own question or scores in. ``delay_s`` slows every reply (kill tests).
-
-    python -m astra_agent.testing.scripted_server --port 8013 \\
-        --script training.synth.scripted:script
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
+from training.synth.testing.agent import scripted_agent
+from training.synth.testing.rules import (
+    CHAIN_LINE,
+    REQUEST_LINE,
+    RULES,
+    ScriptedPlants,
+    clause,
+    last_line,
+)
 
 MARKER = re.compile(r"^\[astra-synth:(?P<name>[a-z0-9_]+)\.v(?P<version>[0-9]+)\]")
-CHAIN_LINE = re.compile(r"^Tool chain \(JSON, in call order\): (.*)$", re.MULTILINE)
 MODE_LINE = re.compile(r"^Mode: (\w+)$", re.MULTILINE)
-REQUEST_LINE = re.compile(r"^Request \(JSON string\): (.*)$", re.MULTILINE)
 MODES = ("diverse", "constrained", "persona")
 
 # fenced / think / prose: usable (the parser tolerates them); the others are not.
@@ -83,11 +88,6 @@ class Plant:
     times: int = 1_000_000
 
 
-def _clause(description: str) -> str:
-    first = re.split(r"(?<=[.!?])\s", description.strip(), maxsplit=1)[0].rstrip(".!? ")
-    return (first[:1].lower() + first[1:]) if first else "work through the data"
-
-
 def _series(clauses: Sequence[str]) -> str:
     if len(clauses) == 1:
         return clauses[0]
@@ -96,7 +96,7 @@ def _series(clauses: Sequence[str]) -> str:
 
 def scripted_question(tools: Sequence[dict[str, Any]], mode: str) -> tuple[str, str | None]:
     """The rule's question (and persona) for a chain of tools in ``mode``."""
-    clauses = [_clause(str(t.get("description") or "")) for t in tools] or ["help me out"]
+    clauses = [clause(str(t.get("description") or "")) for t in tools] or ["help me out"]
     digest = hashlib.sha256("\n".join(clauses).encode()).digest()
     if mode == "constrained":
         first = clauses[0][:1].upper() + clauses[0][1:]
@@ -172,40 +172,6 @@ def _prompt(body: dict[str, Any]) -> tuple[str, int]:
     return (content if isinstance(content, str) else ""), len(users)
 
 
-def _line(pattern: re.Pattern[str], text: str) -> str:
-    """The last line the pattern matches: the template's own lines come after the tools'
-    descriptions, which could hold anything."""
-    found = pattern.findall(text)
-    return str(found[-1]) if found else ""
-
-
-# The other stages' rules, by template name: "module:function". A template's function takes the
-# prompt's text and returns the good answer (a JSON object; ``output`` shapes it like the tasks
-# stage's); "agent" takes a chat request with tools (the teacher acting in an episode) and
-# returns the Reply. Each lives beside its stage.
-RESPONDERS: dict[str, str] = {
-    "agent": "training.synth.tools.interact:scripted_agent",
-    "simulate_tool": "training.synth.tools.interact:scripted_reply",
-    "trajectory_judge": "training.synth.tools.judge:scripted_reply",
-    "edge_confirm": "training.synth.tools.confirm:scripted_reply",
-    "chain_vote": "training.synth.tools.confirm:scripted_reply",
-    "back_translate": "training.synth.tools.confirm:scripted_reply",
-    "decompose": "training.synth.envs.decompose:scripted_reply",
-    "necessity": "training.synth.envs.decompose:scripted_reply",
-    "verify": "training.synth.envs.decompose:scripted_reply",
-    "env_code": "training.synth.envs.code:scripted_reply",
-    "merge": "training.synth.envs.code:scripted_reply",
-}
-
-
-def _responder(name: str) -> Callable[..., Any]:
-    module, func = RESPONDERS[name].split(":")
-    fn = getattr(importlib.import_module(module), func)
-    if name == "agent":
-        return cast(Callable[..., Any], fn)
-    return functools.partial(fn, name)
-
-
 @dataclass
 class ScriptedTeacher:
     """The script (see the module). Call it with a request body; it returns a Reply."""
@@ -214,24 +180,25 @@ class ScriptedTeacher:
     times: int = 1_000_000
     plants: Sequence[Plant] = field(default_factory=tuple)
     delay_s: float = 0.0
+    checks: ScriptedPlants = field(default_factory=ScriptedPlants)
 
     def __call__(self, body: dict[str, Any]) -> Reply:
         text, attempt = _prompt(body)
         marker = MARKER.match(text)
-        if marker is None and body.get("tools") and "agent" in RESPONDERS:
-            return _responder("agent")(body)  # the teacher as the agent of an episode
-        if marker is None or marker["name"] not in ("tasks", "tasks_judge", *RESPONDERS):
+        if marker is None and body.get("tools"):
+            return scripted_agent(body)  # the teacher as the agent of an episode
+        if marker is None or marker["name"] not in ("tasks", "tasks_judge", *RULES):
             return Reply(status=400, delay_s=self.delay_s)
-        if marker["name"] in RESPONDERS:
-            good = _responder(marker["name"])(text)
+        if marker["name"] in RULES:
+            good = RULES[marker["name"]](marker["name"], text, self.checks)
             content, finish = shaped(good, self.output if attempt <= self.times else None)
             return Reply(content=content, finish_reason=finish, delay_s=self.delay_s)
-        tools = json.loads(_line(CHAIN_LINE, text) or "[]")
+        tools = json.loads(last_line(CHAIN_LINE, text) or "[]")
         if marker["name"] == "tasks":
-            mode = _line(MODE_LINE, text)
+            mode = last_line(MODE_LINE, text)
             good, plant = self._question(tools, mode)
         else:
-            question = json.loads(_line(REQUEST_LINE, text) or '""')
+            question = json.loads(last_line(REQUEST_LINE, text) or '""')
             good, plant = self._judge(tools, question)
         kind, times = None, 0
         if plant and plant.output and plant.template in (None, marker["name"]):

@@ -11,7 +11,7 @@
   ``Error``) is retried once with the same arguments, then the plan moves on;
 * after the last tool it answers in text, quoting the results.
 
-``scripted_reply("simulate_tool", prompt)`` plays a tool: from the prompt's ``Tool (JSON):``
+The ``simulate_tool`` rule (:func:`simulate_reply`) plays a tool: from the prompt's ``Tool (JSON):``
 and ``Arguments (JSON):`` lines it returns ``{"error": false, "output": …}``, an object built
 from the tool's output schema where it has one, else the arguments echoed with an ``id`` and a
 ``status``; the same call always gets the same answer.
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from astra_agent.testing.scripted_server import Reply
-from training.synth.scripted import _clause
+from training.synth.testing.rules import ScriptedPlants, clause, rule
 
 QUOTED = re.compile(r'"([^"\n]{1,200})"|“([^”\n]{1,200})”')
 TOOL_LINE = re.compile(r"^Tool \(JSON\): (.*)$", re.MULTILINE)
@@ -138,7 +138,7 @@ def scripted_plan(question: str, tools: Sequence[dict[str, Any]]) -> list[str]:
     for tool in tools:
         fn = tool.get("function", tool)
         name = str(fn.get("name", ""))
-        keys = [_clause(str(fn.get("description") or "")).lower()]
+        keys = [clause(str(fn.get("description") or "")).lower()]
         words = [w for w in _WORDS.split(name) if w]
         if len(words) >= 2:
             keys.append(" ".join(words).lower())
@@ -210,10 +210,9 @@ def _line(pattern: re.Pattern[str], text: str) -> Any:
     return json.loads(found[-1]) if found else {}
 
 
-def scripted_reply(name: str, prompt_text: str) -> dict[str, Any]:
+@rule("simulate_tool")
+def simulate_reply(name: str, prompt_text: str, plants: ScriptedPlants) -> dict[str, Any]:
     """The rule's answer to a ``simulate_tool`` prompt (see the module)."""
-    if name != "simulate_tool":
-        raise ValueError(f"no scripted rule for {name!r} here")
     tool = _line(TOOL_LINE, prompt_text)
     args = _line(ARGS_LINE, prompt_text)
     args = args if isinstance(args, dict) else {}

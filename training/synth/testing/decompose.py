@@ -1,5 +1,5 @@
 """The scripted teacher's rules for the ``decompose``, ``necessity`` and ``verify`` templates
-(see :mod:`training.synth.scripted`: its ``RESPONDERS`` call :func:`scripted_reply`).
+(tests).
 
 ``decompose``
     a chain from a small table of question templates per domain family (logistics, finance,
@@ -31,6 +31,7 @@ import re
 from typing import Any
 
 from training.synth.envs.records import SubQuestion, contains_answer, sinks
+from training.synth.testing.rules import ScriptedPlants, rule
 
 DOMAIN_LINE = re.compile(r"^Domain \(JSON\): (.*)$", re.MULTILINE)
 SEED_LINE = re.compile(r"^Seed question \(JSON\): (.*)$", re.MULTILINE)
@@ -284,3 +285,8 @@ def scripted_reply(name: str, prompt_text: str) -> dict[str, Any]:
     """The good answer to a ``decompose``, ``necessity`` or ``verify`` prompt (see the module)."""
     rules = {"decompose": decompose_reply, "necessity": necessity_reply, "verify": verify_reply}
     return rules[name](prompt_text)
+
+
+@rule("decompose", "necessity", "verify")
+def _registered(name: str, prompt_text: str, plants: ScriptedPlants) -> dict[str, Any]:
+    return scripted_reply(name, prompt_text)
