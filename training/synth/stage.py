@@ -21,7 +21,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -33,7 +32,13 @@ from pydantic import BaseModel, Field, ValidationError
 
 from astra_agent.errors import AstraError, ConfigError, ServerError
 from astra_agent.options import version
-from astra_agent.trajectory import append_jsonl, drop_torn_tail, jsonl_lines
+from astra_agent.runio import (
+    append_jsonl,
+    drop_torn_tail,
+    file_sha256,
+    jsonl_lines,
+    write_lines_atomic,
+)
 from training.synth.teacher import TeacherRejected, TokenCount, track_usage
 
 log = logging.getLogger(__name__)
@@ -100,16 +105,8 @@ class StageStats(BaseModel):
     finished: str = ""
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def input_files(paths: Iterable[Path]) -> list[InputFile]:
-    return [InputFile(path=str(p), sha256=sha256_file(p)) for p in paths]
+    return [InputFile(path=str(p), sha256=file_sha256(p)) for p in paths]
 
 
 def fingerprint(stage: str, inputs: list[InputFile], params: Mapping[str, Any]) -> str:
@@ -168,18 +165,6 @@ class Shard:
             return True
         digest = hashlib.sha256(key.encode()).digest()
         return int.from_bytes(digest[:8], "big") % self.count == self.index
-
-
-def write_atomic(path: Path, lines: Iterable[str]) -> None:
-    """Write ``lines`` to a temporary name beside ``path``, then rename it into place."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("w", encoding="utf-8") as f:
-            for line in lines:
-                f.write(line)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def jsonl(records: Iterable[BaseModel]) -> Iterable[str]:
@@ -268,7 +253,7 @@ class StageRun(Generic[R]):
                 return
         out.mkdir(parents=True, exist_ok=True)
         state = {"stage": self.stage, "fingerprint": self.fingerprint, "code": code_version()}
-        write_atomic(out / RUN_STATE, [json.dumps(state)])
+        write_lines_atomic(out / RUN_STATE, [json.dumps(state)])
 
     def _check_existing(self, resume: bool) -> None:
         out = self.out
@@ -381,11 +366,11 @@ class StageRun(Generic[R]):
                 for r in u.records:
                     yield json.dumps(r, ensure_ascii=False) + "\n"
 
-        write_atomic(self.out / self.output, lines())
+        write_lines_atomic(self.out / self.output, lines())
         for name, recs in (extra or {}).items():
-            write_atomic(self.out / name, jsonl(recs))
-        write_atomic(self.out / REJECTIONS, jsonl(rejected))
-        write_atomic(self.out / STATS, [stats.model_dump_json(indent=2) + "\n"])
+            write_lines_atomic(self.out / name, jsonl(recs))
+        write_lines_atomic(self.out / REJECTIONS, jsonl(rejected))
+        write_lines_atomic(self.out / STATS, [stats.model_dump_json(indent=2) + "\n"])
         (self.out / JOURNAL).unlink(missing_ok=True)
         (self.out / RUN_STATE).unlink(missing_ok=True)
         return stats

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from astra_agent.errors import ConfigError
-from astra_agent.trajectory import jsonl_lines
+from astra_agent.runio import jsonl_lines
 from training.synth.envs.records import ID_PATTERN
 from training.synth.stage import Rejection, read_records
 

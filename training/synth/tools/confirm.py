@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from astra_agent.errors import ConfigError, ServerError
+from astra_agent.runio import file_sha256
 from training.synth.runner import (
     StageContext,
     TeacherStage,
@@ -51,7 +52,6 @@ from training.synth.stage import (
     input_files,
     read_records,
     read_stats,
-    sha256_file,
 )
 from training.synth.teacher import TeacherRejected
 from training.synth.text import cut_text
@@ -188,7 +188,7 @@ def default_pools(graph: GraphInput, graphs: Sequence[Path]) -> list[Path]:
                      if isinstance(i, dict) and "path" in i}  # fmt: skip
     out = []
     for p in dict.fromkeys(graph.pools):
-        if not p.is_file() or (recorded.get(str(p)) not in (None, sha256_file(p))):
+        if not p.is_file() or (recorded.get(str(p)) not in (None, file_sha256(p))):
             what = "changed since" if p.is_file() else "is not there"
             raise ConfigError(
                 f"the graph was built from {p}, which {what}",

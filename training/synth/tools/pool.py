@@ -40,7 +40,7 @@ from astra_agent.config import read_text
 from astra_agent.errors import ConfigError, ServerError
 from astra_agent.mcp_config import MCPConfig, load_mcp_config
 from astra_agent.mcp_env import MCPEnvironment
-from astra_agent.trajectory import jsonl_lines
+from astra_agent.runio import jsonl_lines
 from training.synth.stage import (
     Progress,
     Provenance,
