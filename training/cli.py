@@ -103,6 +103,28 @@ def _say_finished(done: FinishedRun, output_dir: Path) -> None:
         console.print(f"converted for serving: {done.converted}")
 
 
+def _say_verl(job: Any) -> None:
+    """What ``astra-train sft|rl`` with ``backend: verl`` wrote, and what it ran."""
+    console.print(f"verl config: {job.config_file} (overrides: {job.overrides_file})")
+    if not job.ran:
+        console.print(f"launch it with: bash {job.launch_script}   (or set verl.run: true)")
+    elif job.final:
+        console.print(f"converted for serving: {job.final}")
+
+
+def _say_trained(result: Any, output_dir: Path) -> None:
+    """The end of a TRL run of ``sft`` or ``rl``: where the model and metrics are."""
+    if result.rerun:
+        _say_finished(result.rerun, output_dir)
+        return
+    if result.resumed_from:
+        console.print(f"resumed from {result.resumed_from}")
+    console.print(f"trained {result.steps} steps: {result.final}")
+    if result.converted:
+        console.print(f"converted for serving: {result.converted}")
+    console.print(f"metrics: {output_dir}/metrics.jsonl")
+
+
 @contextmanager
 def _progress() -> Iterator[Any]:
     """A bar of optimizer steps (done/total, elapsed) and the last logged loss, shown from the
@@ -173,26 +195,13 @@ def sft(config: ConfigOpt, overrides: dict[str, Any]) -> None:
     if cfg.backend == "verl":
         from training.sft.verl import run_verl
 
-        job = run_verl(cfg)
-        console.print(f"verl config: {job.config_file} (overrides: {job.overrides_file})")
-        if not job.ran:
-            console.print(f"launch it with: bash {job.launch_script}   (or set verl.run: true)")
-        elif job.final:
-            console.print(f"converted for serving: {job.final}")
+        _say_verl(run_verl(cfg))
         return
     from training.sft.trl import run_trl
 
     with _stoppable(cfg.output_dir), _progress() as hook:
         result = run_trl(cfg, hook)
-    if result.rerun:
-        _say_finished(result.rerun, cfg.output_dir)
-        return
-    if result.resumed_from:
-        console.print(f"resumed from {result.resumed_from}")
-    console.print(f"trained {result.steps} steps: {result.final}")
-    if result.converted:
-        console.print(f"converted for serving: {result.converted}")
-    console.print(f"metrics: {cfg.output_dir}/metrics.jsonl")
+    _say_trained(result, cfg.output_dir)
 
 
 def _rl_progress(step: int, total: int, rec: dict[str, Any]) -> None:
@@ -228,12 +237,7 @@ def rl(config: ConfigOpt, overrides: dict[str, Any]) -> None:
     if cfg.backend == "verl":
         from training.rl.verl import run_verl
 
-        job = run_verl(cfg)
-        console.print(f"verl config: {job.config_file} (overrides: {job.overrides_file})")
-        if not job.ran:
-            console.print(f"launch it with: bash {job.launch_script}   (or set verl.run: true)")
-        elif job.final:
-            console.print(f"converted for serving: {job.final}")
+        _say_verl(run_verl(cfg))
         return
     from training.rl.trl import run_trl
 
@@ -241,17 +245,9 @@ def rl(config: ConfigOpt, overrides: dict[str, Any]) -> None:
     # way out instead of outliving the trainer
     with _stoppable(cfg.output_dir):
         result = run_trl(cfg, _rl_progress)
-    if result.rerun:
-        _say_finished(result.rerun, cfg.output_dir)
-        return
-    if result.resumed_from:
-        console.print(f"resumed from {result.resumed_from}")
-    if result.skipped_records:
+    if result.skipped_records and not result.rerun:
         console.print(f"skipped {len(result.skipped_records)} record(s) that failed to load")
-    console.print(f"trained {result.steps} steps: {result.final}")
-    if result.converted:
-        console.print(f"converted for serving: {result.converted}")
-    console.print(f"metrics: {cfg.output_dir}/metrics.jsonl")
+    _say_trained(result, cfg.output_dir)
 
 
 if __name__ == "__main__":
