@@ -24,13 +24,13 @@ The ``astra-agent`` CLI (:mod:`astra_agent.cli`) and the interactive chat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from astra_agent.config import load_config, read_mapping, unknown_keys
+from astra_agent.config import deep_merge, load_config, read_mapping, unknown_keys
 from astra_agent.episode import EpisodeLimits, ResultHook, TurnHook, run_episode
 from astra_agent.mcp_config import MCPConfig, parse_mcp_config
 from astra_agent.mcp_env import DEFAULT_TOOL_TIMEOUT_S, MCPEnvironment
@@ -48,9 +48,11 @@ class AgentConfig(BaseModel):
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     limits: EpisodeLimits = Field(default_factory=EpisodeLimits)
-    system: str | None = None
-    strict: bool = False
-    tool_timeout_s: float = Field(DEFAULT_TOOL_TIMEOUT_S, gt=0, alias="toolTimeout")
+    system: str | None = Field(None, description="system prompt")
+    strict: bool = Field(False, description="fail if any MCP server fails to start")
+    tool_timeout_s: float = Field(
+        DEFAULT_TOOL_TIMEOUT_S, gt=0, alias="toolTimeout", description="seconds per tool call"
+    )
 
 
 # Keys that other MCP clients keep beside their servers, in the files users point us at:
@@ -80,12 +82,14 @@ def load_agent_config(
     tool_timeout: float | None = None,
     system: str | None = None,
     strict: bool = False,
+    overrides: Mapping[str, Any] | None = None,
     warn: Warn = warn_on_stderr,
 ) -> tuple[AgentConfig, MCPConfig]:
     """The agent's config and its MCP servers, from ``config`` (JSON/YAML; None: no file),
     then ``ASTRA_AGENT_*`` variables, then the arguments given here (None: not given).
 
-    ``model`` overrides fields of :class:`~astra_agent.model.ModelConfig`. Unknown top-level
+    ``model`` overrides fields of :class:`~astra_agent.model.ModelConfig`; ``overrides`` is
+    any part of the config as a mapping (the CLI's flags and ``--set``). Unknown top-level
     keys of the file are passed to ``warn`` by name (other MCP clients' keys are not). Raises
     :class:`~astra_agent.errors.ConfigError` on a file or value that cannot be used.
     """
@@ -94,14 +98,16 @@ def load_agent_config(
         allowed = OTHER_CLIENTS_KEYS | {"mcpServers"}
         for message in unknown_keys(raw, AgentConfig, allowed=allowed):
             warn(f"{message} in {config}")
-    overrides: dict[str, Any] = {
+    given: dict[str, Any] = {
         "model": model or {},
         "limits": {"max_steps": max_steps} if max_steps is not None else {},
         "system": system,
         "toolTimeout": tool_timeout,
         "strict": strict or None,
     }
-    cfg = load_config(AgentConfig, config, overrides, env_prefix="ASTRA_AGENT_")
+    cfg = load_config(
+        AgentConfig, config, deep_merge(given, overrides or {}), env_prefix="ASTRA_AGENT_"
+    )
     mcp = parse_mcp_config(raw, source=str(config)) if config and raw else MCPConfig()
     # The episode's own guard sits above every server's timeout, so the server's wording wins.
     timeouts = [s.timeout for s in mcp.servers.values() if s.timeout] + [cfg.tool_timeout_s]

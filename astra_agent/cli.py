@@ -28,18 +28,11 @@ from astra_agent.chat import chat_loop
 from astra_agent.config import check_writable
 from astra_agent.console import cli_errors, console, err_console
 from astra_agent.environment import ToolResult
-from astra_agent.episode import EpisodeLimits, ResultHook, TurnHook
+from astra_agent.episode import ResultHook, TurnHook
 from astra_agent.errors import ConfigError
 from astra_agent.mcp_config import MCPConfig
 from astra_agent.model import ModelTurn, ToolCall
-from astra_agent.options import (
-    ApiKeyOpt,
-    BaseUrlOpt,
-    ModelOpt,
-    TemperatureOpt,
-    common_callback,
-    model_overrides,
-)
+from astra_agent.options import common_callback, config_flags
 from astra_agent.trajectory import Trajectory, append_jsonl
 
 __all__ = ["app", "summary_table"]
@@ -62,39 +55,28 @@ ConfigOpt = Annotated[
         envvar="ASTRA_MCP_CONFIG",
     ),
 ]
-_STEPS = EpisodeLimits.model_fields["max_steps"].default
-_TIMEOUT = AgentConfig.model_fields["tool_timeout_s"].default
-StepsOpt = Annotated[int | None, typer.Option(help=f"Model calls per task (default {_STEPS}).")]
-TimeoutOpt = Annotated[
-    float | None, typer.Option(help=f"Seconds per tool call (default {_TIMEOUT:g}).")
-]
-SystemOpt = Annotated[str | None, typer.Option(help="System prompt.")]
-StrictOpt = Annotated[bool, typer.Option(help="Fail if any MCP server fails to start.")]
+# The agent's options are its config's fields (declared once, in AgentConfig and the episode
+# limits); --set reaches the rest (e.g. --set limits.max_time_s=60).
+_AGENT_FLAGS = ("limits.max_steps", "tool_timeout_s", "system", "strict")
+_agent_flags = config_flags(
+    AgentConfig,
+    _AGENT_FLAGS,
+    flags={"tool_timeout_s": "tool_timeout"},
+    helps={"limits.max_steps": "model calls per task"},
+    endpoint=True,
+)
 
 common_callback(app, "astra-agent")
 
 
 def _configure(
-    save: Path | None,
-    config: Path | None,
-    flags: dict[str, Any],
-    max_steps: int | None,
-    tool_timeout: float | None,
-    system: str | None,
-    strict: bool,
+    save: Path | None, config: Path | None, overrides: dict[str, Any]
 ) -> tuple[AgentConfig, MCPConfig]:
     """``run``'s and ``chat``'s configuration, after checking that ``--save`` can be written
     (now, not after the episode: its trajectory would be lost)."""
     if save:
         check_writable(save, "--save")
-    return load_agent_config(
-        config,
-        model=flags,
-        max_steps=max_steps,
-        tool_timeout=tool_timeout,
-        system=system,
-        strict=strict,
-    )
+    return load_agent_config(config, overrides=overrides)
 
 
 def summary_table(traj: Trajectory) -> Table:
@@ -136,27 +118,21 @@ def _printers(show_reasoning: bool) -> tuple[TurnHook, ResultHook]:
 
 @app.command()
 @cli_errors
+@_agent_flags
 def run(
     task: Annotated[str, typer.Argument(help="The task, in words.")],
     config: ConfigOpt = None,
-    base_url: BaseUrlOpt = None,
-    model: ModelOpt = None,
-    api_key: ApiKeyOpt = None,
-    temperature: TemperatureOpt = None,
-    max_steps: StepsOpt = None,
-    tool_timeout: TimeoutOpt = None,
-    system: SystemOpt = None,
-    strict: StrictOpt = False,
     save: Annotated[Path | None, typer.Option(help="Append the trajectory to this JSONL.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the trajectory as JSON.")] = False,
     show_reasoning: Annotated[bool, typer.Option(help="Print the model's reasoning.")] = False,
+    *,
+    overrides: dict[str, Any],
 ) -> None:
     """Run one task; print the final answer (and a summary on stderr).
 
     Example: astra-agent run "What time is it in Tokyo?" --config mcp.json --save runs.jsonl
     """
-    flags = model_overrides(base_url, model, api_key, temperature)
-    cfg, mcp = _configure(save, config, flags, max_steps, tool_timeout, system, strict)
+    cfg, mcp = _configure(save, config, overrides)
     on_turn, on_result = _printers(show_reasoning)
     traj = asyncio.run(run_task(cfg, mcp, task, on_turn=on_turn, on_result=on_result))
     if save:
@@ -173,18 +149,15 @@ def run(
 
 @app.command()
 @cli_errors
-def tools(
-    config: ConfigOpt = None,
-    tool_timeout: TimeoutOpt = None,
-    strict: StrictOpt = False,
-) -> None:
+@config_flags(AgentConfig, ("tool_timeout_s", "strict"), flags={"tool_timeout_s": "tool_timeout"})
+def tools(config: ConfigOpt = None, *, overrides: dict[str, Any]) -> None:
     """List the tools of the configured MCP servers and where each comes from.
 
     Example: astra-agent tools --config mcp.json
     """
     if config is None:
         raise ConfigError("no MCP config given", hint="pass --config mcp.json")
-    cfg, mcp = load_agent_config(config, tool_timeout=tool_timeout, strict=strict)
+    cfg, mcp = load_agent_config(config, overrides=overrides)
 
     async def go() -> tuple[list[Any], dict[str, tuple[str, str]]]:
         env = await open_environment(mcp, cfg)
@@ -206,23 +179,17 @@ def tools(
 
 @app.command()
 @cli_errors
+@_agent_flags
 def chat(
     config: ConfigOpt = None,
-    base_url: BaseUrlOpt = None,
-    model: ModelOpt = None,
-    api_key: ApiKeyOpt = None,
-    temperature: TemperatureOpt = None,
-    max_steps: StepsOpt = None,
-    tool_timeout: TimeoutOpt = None,
-    system: SystemOpt = None,
-    strict: StrictOpt = False,
     save: Annotated[Path | None, typer.Option(help="Append the conversation on exit.")] = None,
     show_reasoning: Annotated[bool, typer.Option(help="Stream the reasoning too.")] = False,
+    *,
+    overrides: dict[str, Any],
 ) -> None:
     """Chat interactively, streaming; tool calls and results shown compactly.
 
     Commands: /reasoning (toggle), /reset, /exit. Example: astra-agent chat -c mcp.json
     """
-    flags = model_overrides(base_url, model, api_key, temperature)
-    cfg, mcp = _configure(save, config, flags, max_steps, tool_timeout, system, strict)
+    cfg, mcp = _configure(save, config, overrides)
     asyncio.run(chat_loop(cfg, mcp, save, show_reasoning))

@@ -150,11 +150,12 @@ def unknown_keys(
     return out
 
 
-def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` over it, section by section (mappings merged at every depth)."""
     out = dict(base)
     for key, value in extra.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
+            out[key] = deep_merge(out[key], value)
         else:
             out[key] = value
     return out
@@ -193,9 +194,9 @@ def load_config(
     """Build ``model`` from defaults < file < environment < overrides (``None`` values skipped)."""
     data: dict[str, Any] = read_mapping(path) if path is not None else {}
     env = os.environ if environ is None else environ
-    data = _deep_merge(data, _env_overrides(model, env, env_prefix))
+    data = deep_merge(data, _env_overrides(model, env, env_prefix))
     if overrides:
-        data = _deep_merge(data, {k: v for k, v in overrides.items() if v is not None})
+        data = deep_merge(data, {k: v for k, v in overrides.items() if v is not None})
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -195,35 +195,41 @@ def _field(model: type[BaseModel], dotted: str) -> FieldInfo:
     return model.model_fields[name]
 
 
-def _unknown_set_key(model: type[BaseModel], path: Sequence[str]) -> str | None:
-    """Why the dotted ``path`` names no key of ``model`` (None: it names one, or lies inside
-    a field that is not a section, such as a mapping)."""
-    node: Any = model
-    for i, part in enumerate(path):
-        if not (isinstance(node, type) and issubclass(node, BaseModel)):
-            return None
-        names = {a for n, f in node.model_fields.items() for a in (n, f.alias) if a}
-        if part not in names:
-            where = ".".join(path[:i]) or "the config"
-            close = difflib.get_close_matches(part, sorted(names), n=1)
-            return f"{where} has no key {part!r}" + (
-                f" (did you mean {close[0]!r}?)" if close else ""
-            )
-        field = next(f for n, f in node.model_fields.items() if part in (n, f.alias))
-        node = _flag_type(part, field.annotation)
-    return None
+def _key_path(model: type[BaseModel], dotted: str) -> str:
+    """``dotted`` with each field named as the config's data names it (its alias, if any):
+    a file's ``toolTimeout`` and a flag's value must land on the same key."""
+    out, node = [], model
+    for part in dotted.split("."):
+        info = node.model_fields[part]
+        out.append(info.alias or part)
+        node = _flag_type(part, info.annotation)
+    return ".".join(out)
 
 
-def _check_set(
-    model: type[BaseModel], values: Mapping[str, Any], prefix: tuple[str, ...] = ()
-) -> None:
+def _set_keys(model: Any, values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``--set``'s values with each key as the config's data names it (a field's alias, as
+    a file writes it); a key that names no field is a ConfigError with a did-you-mean. Below a
+    field that is not a section (a mapping, a plain value) the keys are the model's to check."""
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return dict(values)
+    fields = {a: f for n, f in model.model_fields.items() for a in (n, f.alias) if a}
+    out: dict[str, Any] = {}
     for key, value in values.items():
-        path = (*prefix, key)
-        why = _unknown_set_key(model, path)
-        if why:
-            raise ConfigError(f"--set {'.'.join(path)}: {why}")
+        field = fields.get(key)
+        if field is None:
+            close = difflib.get_close_matches(key, sorted(fields), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            where = prefix.rstrip(".") or "the config"
+            raise ConfigError(f"--set {prefix}{key}: {where} has no key {key!r}{hint}")
+        name = field.alias or next(n for n, f in model.model_fields.items() if f is field)
         if isinstance(value, dict) and value:
-            _check_set(model, value, path)
+            try:
+                section = _flag_type(key, field.annotation)
+            except TypeError:  # a union of several types: the model checks what is below
+                section = None
+            value = _set_keys(section, value, f"{prefix}{key}.")
+        out[name] = value
+    return out
 
 
 def _param(name: str, annotation: Any) -> inspect.Parameter:
@@ -261,6 +267,7 @@ def config_flags(
     """
     flags, helps = dict(flags or {}), dict(helps or {})
     names = {name: flags.get(name, name.rpartition(".")[2]) for name in fields}
+    keys = {name: _key_path(model, name) for name in fields}  # as a config file writes it
 
     def decorate(fn: Callable[..., R]) -> Callable[..., R]:
         own = inspect.signature(fn, eval_str=True)
@@ -279,16 +286,15 @@ def config_flags(
 
         @functools.wraps(fn)
         def command(**kwargs: Any) -> R:
-            overrides = parse_set(kwargs.pop("set_"))
-            _check_set(model, overrides)
-            given = {name: kwargs.pop(flag) for name, flag in names.items()}
+            overrides = _set_keys(model, parse_set(kwargs.pop("set_")))
+            given = {keys[name]: kwargs.pop(flag) for name, flag in names.items()}
             if endpoint:
                 endpoint_values = {k: kwargs.pop(k) for k in ENDPOINT_FLAGS}
                 given |= {f"model.{k}": v for k, v in model_overrides(**endpoint_values).items()}
-            for name, value in given.items():
+            for path, value in given.items():
                 if value is None or value == []:
                     continue
-                *sections, key = name.split(".")
+                *sections, key = path.split(".")
                 node = overrides
                 for section in sections:
                     if not isinstance(node.get(section), dict):  # a flag wins over --set

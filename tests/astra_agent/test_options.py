@@ -306,3 +306,31 @@ def test_set_refuses_a_key_the_model_lacks_even_where_it_keeps_unknown_keys(
         return
     assert result.exit_code == 2 and not seen
     assert f"--set {item.split('=')[0]}: {needle}" in " ".join(result.output.split())
+
+
+class _Aliased(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    tool_timeout_s: float = Field(120.0, alias="toolTimeout", description="seconds per call")
+
+
+@pytest.mark.parametrize(
+    "args", [["--tool-timeout", "10"], ["--set", "toolTimeout=10"], ["--set", "tool_timeout_s=10"]]
+)
+def test_a_flag_or_set_wins_over_the_files_aliased_key(tmp_path: Path, args: list[str]) -> None:
+    """A file writes `toolTimeout`; the flag and --set (by either name) must land on that same
+    key, or the file's value would win silently (pydantic takes the alias first)."""
+    recipe = tmp_path / "c.yaml"
+    recipe.write_text("toolTimeout: 30\n")
+    seen: list[_Aliased] = []
+    app = typer.Typer()
+
+    @app.command()
+    @cli_errors
+    @config_flags(_Aliased, ["tool_timeout_s"], flags={"tool_timeout_s": "tool_timeout"})
+    def go(*, overrides: Any) -> None:
+        seen.append(load_config(_Aliased, recipe, overrides, environ={}))
+
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert seen[0].tool_timeout_s == 10.0
