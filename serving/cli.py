@@ -27,11 +27,18 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from astra_agent.config import check_writable, load_config
+from astra_agent.config import check_writable, deep_merge, load_config
 from astra_agent.console import cli_errors, console, err_console
 from astra_agent.errors import ServerError
 from astra_agent.model import ModelConfig
-from astra_agent.options import ApiKeyOpt, BaseUrlOpt, ModelOpt, common_callback, model_overrides
+from astra_agent.options import (
+    ApiKeyOpt,
+    BaseUrlOpt,
+    ModelOpt,
+    common_callback,
+    config_flags,
+    model_overrides,
+)
 
 if TYPE_CHECKING:
     from serving.server import VLLMServer
@@ -195,15 +202,19 @@ def _serve_config(model: Path | None, profile: str | None, config: Path | None, 
     return load_serve_config(profile, config, model=model, **flags)
 
 
-DTYPE_HELP = (
-    "bfloat16 (default: the precision ASTRA was trained in, although verl saved it as "
-    "float32), float16, float32 (twice the memory, nothing gained), or auto (the checkpoint's "
-    "own; vLLM downcasts float32 to the platform's preferred 16-bit type)."
-)
+def _serve_config_model() -> Any:
+    from serving.server import ServeConfig
+
+    return ServeConfig
 
 
 @app.command()
 @cli_errors
+@config_flags(
+    _serve_config_model(),
+    ("host", "port", "served_model_name", "max_model_len", "dtype", "startup_timeout_s"),
+    flags={"startup_timeout_s": "startup_timeout"},
+)
 def up(
     model: Annotated[
         Path | None, typer.Option("--model", "-m", help="Converted (bf16) checkpoint dir.")
@@ -212,41 +223,28 @@ def up(
         str | None, typer.Option(help="tiny-cpu (default), astra-14b or astra-32b.")
     ] = None,
     config: Annotated[Path | None, typer.Option(help="A YAML/JSON serve config.")] = None,
-    host: Annotated[str | None, typer.Option()] = None,
-    port: Annotated[int | None, typer.Option()] = None,
-    served_model_name: Annotated[str | None, typer.Option()] = None,
-    max_model_len: Annotated[int | None, typer.Option()] = None,
     tensor_parallel_size: Annotated[str | None, typer.Option(help="N or auto.")] = None,
-    dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP, show_default=False)] = None,
     api_key: Annotated[
         str | None,
         typer.Option("--api-key", "-k", help="Required off loopback. Env: ASTRA_SERVE_API_KEY."),
     ] = None,
-    startup_timeout: Annotated[float | None, typer.Option(help="Seconds.")] = None,
     dry_run: Annotated[
         bool, typer.Option(help="Print the vLLM command line (with its environment) and exit.")
     ] = False,
+    *,
+    overrides: dict[str, Any],
 ) -> None:
     """Serve a checkpoint with vLLM (tool calls and reasoning parsed) until Ctrl-C or SIGTERM.
 
-    Stops vLLM's whole process tree on SIGINT or SIGTERM and exits 0. Example:
+    The profile (or --config), ASTRA_SERVE_* variables, --set and the flags, in that order (a
+    default shown applies where the profile sets nothing). Stops vLLM's whole process tree on
+    SIGINT or SIGTERM and exits 0. Example:
     astra-serve up --model ./ASTRA-14B-bf16 --profile astra-14b --port 8000
     """
     from serving.server import VLLMServer
 
-    cfg = _serve_config(
-        model,
-        profile,
-        config,
-        host=host,
-        port=port,
-        served_model_name=served_model_name,
-        max_model_len=max_model_len,
-        tensor_parallel_size=tensor_parallel_size,
-        dtype=dtype,
-        api_key=api_key,
-        startup_timeout_s=startup_timeout,
-    )
+    flags = {"tensor_parallel_size": tensor_parallel_size, "api_key": api_key}
+    cfg = _serve_config(model, profile, config, **deep_merge(overrides, flags))
     server = VLLMServer(cfg)
     if dry_run:
         line = server.shell_command()

@@ -42,18 +42,23 @@ class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: Path | None = None
-    served_model_name: str = "astra"
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=1, le=65535)
-    max_model_len: int = Field(4096, ge=128)
+    served_model_name: str = Field("astra", description="the model name clients send")
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8000, ge=1, le=65535, description="port to listen on")
+    max_model_len: int = Field(4096, ge=128, description="context length, in tokens")
     tensor_parallel_size: int | Literal["auto"] = "auto"
     gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0)
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "bfloat16",
+        description="weights in vLLM: bfloat16 (the precision ASTRA was trained in, although "
+        "verl saved it as float32), float16, float32 (twice the memory, nothing gained) or auto "
+        "(the checkpoint's own; vLLM downcasts float32 to the platform's preferred 16-bit type)",
+    )
     enforce_eager: bool = False
     enable_prefix_caching: bool = True
     api_key: str | None = None
     cpu_kvcache_space_gib: int | None = Field(None, ge=1)
-    startup_timeout_s: float = Field(600.0, gt=0)
+    startup_timeout_s: float = Field(600.0, gt=0, description="seconds vLLM may take to start")
     generation: dict[str, float | int] = Field(default_factory=dict)
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(
