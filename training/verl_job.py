@@ -26,11 +26,13 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from astra_agent.errors import ConfigError
+from astra_agent.errors import AstraError, ConfigError
 from astra_agent.runio import building_dir
 
 _PLAIN = re.compile(r"[\w./-]+")
@@ -220,3 +222,36 @@ def stream(script: Path, echo: Callable[[str], None], cwd: Path | None = None) -
         except BaseException:
             _stop_group(proc)
             raise
+
+
+J = TypeVar("J")
+
+
+def run_job(
+    job: J,
+    cfg: Any,
+    trainer: str,
+    echo: Callable[[str], None] | None = None,
+) -> J:
+    """Run a written job's launch script (``job.launch_script``, from ``job.workdir``: Hydra,
+    verl's entry point, writes its ``outputs/DATE/TIME/`` logs into the cwd), echoing its
+    output; then, unless ``cfg.convert.enabled`` is off, convert its newest checkpoint
+    (``job.checkpoint_dir``: verl FSDP → verl's model merger → bf16) into ``cfg.convert.out``
+    or ``OUTPUT_DIR/final-bf16``. The job comes back with ``ran`` and ``final`` set."""
+    echo = echo or (lambda s: print(s, file=sys.stderr, flush=True))
+    script: Path = job.launch_script  # type: ignore[attr-defined]
+    rc = stream(script, echo, cwd=job.workdir)  # type: ignore[attr-defined]
+    if rc != 0:
+        raise AstraError(
+            f"verl's {trainer} exited with status {rc}",
+            hint=f"its output is above; the launch line is {script}",
+        )
+    job = replace(job, ran=True)  # type: ignore[type-var]
+    if not cfg.convert.enabled:
+        return job
+    from serving.convert import convert_checkpoint
+
+    dst = cfg.convert.out or Path(cfg.output_dir) / "final-bf16"
+    checkpoints: Path = job.checkpoint_dir  # type: ignore[attr-defined]
+    result = convert_checkpoint(checkpoints, dst, dtype=cfg.convert.dtype, overwrite=True)
+    return replace(job, final=result.dst)  # type: ignore[type-var]

@@ -37,7 +37,7 @@ import math
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ from training.verl_job import (
     hlist,
     hq,
     render_launch_script,
-    stream,
+    run_job,
     write_job_dir,
 )
 
@@ -538,21 +538,7 @@ def run_verl(cfg: RLConfig, *, echo: Callable[[str], None] | None = None) -> Ver
     log.info("verl job written to %s (launch: %s)", job.workdir, job.launch_script)
     if not cfg.verl.run:
         return job
-    echo = echo or (lambda s: print(s, file=sys.stderr, flush=True))
-    rc = stream(job.launch_script, echo, cwd=job.workdir)  # Hydra writes outputs/ into cwd
-    if rc != 0:
-        raise AstraError(
-            f"verl's PPO trainer exited with status {rc}",
-            hint=f"its output is above; the launch line is {job.launch_script}",
-        )
-    job = replace(job, ran=True)
-    if not cfg.convert.enabled:
-        return job
-    from serving.convert import convert_checkpoint
-
-    dst = cfg.convert.out or Path(cfg.output_dir) / "final-bf16"
-    result = convert_checkpoint(job.checkpoint_dir, dst, dtype=cfg.convert.dtype, overwrite=True)
-    return replace(job, final=result.dst)
+    return run_job(job, cfg, "PPO trainer", echo)
 
 
 # --------------------------------------------------------------------------- reward guard

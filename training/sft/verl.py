@@ -26,14 +26,13 @@ import json
 import logging
 import math
 import shutil
-import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from astra_agent.config import check_writable
-from astra_agent.errors import AstraError, ConfigError
+from astra_agent.errors import ConfigError
 from training.sft.common import check_model, check_sft_parquet, check_train_files
 from training.sft.config import SFTConfig
 from training.verl_job import (
@@ -44,7 +43,7 @@ from training.verl_job import (
     hlist,
     hq,
     render_launch_script,
-    stream,
+    run_job,
     write_job_dir,
 )
 
@@ -332,19 +331,4 @@ def run_verl(cfg: SFTConfig, *, echo: Callable[[str], None] | None = None) -> Ve
     log.info("verl job written to %s (launch: %s)", job.workdir, job.launch_script)
     if not cfg.verl.run:
         return job
-    # cwd: Hydra (verl's entry point) writes its outputs/DATE/TIME/ logs into the cwd
-    echo = echo or (lambda s: print(s, file=sys.stderr, flush=True))
-    rc = stream(job.launch_script, echo, cwd=job.workdir)
-    if rc != 0:
-        raise AstraError(
-            f"verl's SFT trainer exited with status {rc}",
-            hint=f"its output is above; the launch line is {job.launch_script}",
-        )
-    job = replace(job, ran=True)
-    if not cfg.convert.enabled:
-        return job
-    from serving.convert import convert_checkpoint
-
-    dst = cfg.convert.out or Path(cfg.output_dir) / "final-bf16"
-    result = convert_checkpoint(job.checkpoint_dir, dst, dtype=cfg.convert.dtype, overwrite=True)
-    return replace(job, final=result.dst)
+    return run_job(job, cfg, "SFT trainer", echo)
