@@ -20,6 +20,7 @@ from astra_agent.options import (
     API_KEY_ENV,
     BASE_URL_ENV,
     MODEL_ENV,
+    _flag_help,
     config_flags,
     model_overrides,
     parse_set,
@@ -306,3 +307,23 @@ def test_set_refuses_a_key_the_model_lacks_even_where_it_keeps_unknown_keys(
         return
     assert result.exit_code == 2 and not seen
     assert f"--set {item.split('=')[0]}: {needle}" in " ".join(result.output.split())
+
+
+class _Empties(BaseModel):
+    domain: str = Field("", description="domain of the servers")
+    tags: dict[str, int] = Field(default_factory=dict, description="tags by name")
+    name: str = Field("x", description="a name")
+
+
+def test_an_empty_default_is_not_shown_as_one() -> None:
+    app = typer.Typer()
+
+    @app.command()
+    @config_flags(_Empties, ["domain", "name"])
+    def go(overrides: Any) -> None:
+        pass
+
+    helptext = runner.invoke(app, ["--help"], terminal_width=200).output
+    assert "Domain of the servers" in helptext and "(default )" not in helptext
+    assert "A name (default x)" in helptext
+    assert _flag_help(_Empties.model_fields["tags"], None) == "Tags by name"
