@@ -9,7 +9,7 @@ is not the config's (comma-separated ``--modes``, repeatable ``--min-score NAME=
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,7 +22,7 @@ from rich.table import Table
 from astra_agent.config import load_config
 from astra_agent.console import cli_errors, console, err_console
 from astra_agent.errors import ConfigError
-from astra_agent.options import config_flags
+from astra_agent.options import ENDPOINT_FLAGS, config_flags
 from training.synth.envs.build import ArenaConfig, build_arenas
 from training.synth.envs.code import EnvCodeConfig, synth_env_code
 from training.synth.envs.decompose import DecomposeConfig, synth_decompose
@@ -70,6 +70,7 @@ ResumeOpt = Annotated[
 RUN_FLAGS = ("concurrency", "shard", "resume", "overwrite")
 # Config fields whose flag is named otherwise (the rest: the field's own name, kebab-cased).
 _RENAMED = {"sandbox.wall_seconds_per_call": "call_timeout", "min_scores": "min_score"}
+_FLAGGED: dict[type[BaseModel], set[str]] = {}  # per config model: the fields with a flag
 
 
 def _flags(
@@ -85,6 +86,7 @@ def _flags(
         helps["teacher.max_attempts"] = f"teacher calls per {per}, retries included"
     if issubclass(model, StageConfig):
         names += RUN_FLAGS
+    _FLAGGED[model] = {*names, *(f"model.{k}" for k in ENDPOINT_FLAGS if teacher)}
     return config_flags(model, names, flags=_RENAMED, helps=helps, endpoint=teacher)
 
 
@@ -124,8 +126,11 @@ def _stage(
     _summary(f"{stage} → {cfg.out}", stats)
 
 
-def _flag_of(loc: tuple[Any, ...], overrides: Mapping[str, Any]) -> str | None:
-    """The flag that set the value at ``loc``, or None where no flag did (config, env)."""
+def _flag_of(
+    loc: tuple[Any, ...], overrides: Mapping[str, Any], flagged: Iterable[str]
+) -> str | None:
+    """The flag (of the fields ``flagged``, or ``--set``) that set the value at ``loc``, or
+    None where neither did (config, env)."""
     value: Any = overrides
     name = None
     for part in loc:
@@ -137,8 +142,10 @@ def _flag_of(loc: tuple[Any, ...], overrides: Mapping[str, Any]) -> str | None:
     if name is None:
         return None
     dotted = ".".join(map(str, loc))
-    name = next((f for k, f in _RENAMED.items() if dotted == k or dotted.startswith(k + ".")), name)
-    return "--" + name.replace("_", "-")
+    key = next((k for k in flagged if dotted == k or dotted.startswith(k + ".")), None)
+    if key is None:
+        return f"--set {dotted}"
+    return "--" + _RENAMED.get(key, key.rpartition(".")[2]).replace("_", "-")
 
 
 def _load(
@@ -158,11 +165,12 @@ def _load(
         cause = exc.__cause__
         if isinstance(cause, ValidationError):
             for err in cause.errors():
-                flag = _flag_of(tuple(err["loc"]), overrides)
+                flag = _flag_of(tuple(err["loc"]), overrides, _FLAGGED[model] | given.keys())
                 if flag is not None:
                     shown = repr(err.get("input"))
                     shown = shown if len(shown) <= 80 else shown[:80] + "…"
-                    raise ConfigError(f"{flag} {shown}: {err['msg']}") from None
+                    shown = f"={shown}" if flag.startswith("--set") else f" {shown}"
+                    raise ConfigError(f"{flag}{shown}: {err['msg']}") from None
             if [err["loc"] for err in cause.errors()] == [()]:  # one check across fields
                 raise ConfigError(cause.errors()[0]["msg"].removeprefix("Value error, ")) from None
         raise
