@@ -60,13 +60,17 @@ def _group() -> None:
 
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output directory of this stage.")]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON.")]
-OverwriteOpt = Annotated[
-    bool | None, typer.Option(help="Replace the outputs of an earlier run in --out.")
-]
-ResumeOpt = Annotated[
-    bool | None,
-    typer.Option(help="Continue an interrupted run in --out (same inputs and parameters)."),
-]
+
+
+def _run_help(name: str) -> str:
+    """The help of ``--overwrite``/``--resume`` of pool, graph and chains (their options hold
+    neither): the description of every other stage's field."""
+    text = StageConfig.model_fields[name].description or ""
+    return f"{text[:1].upper()}{text[1:]}."
+
+
+OverwriteOpt = Annotated[bool | None, typer.Option(help=_run_help("overwrite"))]
+ResumeOpt = Annotated[bool | None, typer.Option(help=_run_help("resume"))]
 RUN_FLAGS = ("concurrency", "shard", "resume", "overwrite")
 # Config fields whose flag is named otherwise (the rest: the field's own name, kebab-cased).
 _RENAMED = {"sandbox.wall_seconds_per_call": "call_timeout", "min_scores": "min_score"}
