@@ -135,3 +135,16 @@ def test_a_check_across_flags_is_one_line(tmp_path: Path) -> None:
     got = runner.invoke(synth_app, args)
     assert got.exit_code == 2, got.output
     assert got.output.strip() == "error: min_length is larger than max_length"
+
+
+def test_every_example_parses_with_the_commands_own_options() -> None:
+    """Each --help example names only options its command has, with values of their types."""
+    for name, command in _commands().items():
+        examples = re.findall(r"Example: astra-train synth (.+?)(?:\n\s*\n|&&|$)",
+                              command.help, flags=re.S)  # fmt: skip
+        assert examples, name
+        for example in examples:
+            head, *args = example.split()
+            assert head == name, example
+            ctx = command.make_context(name, args)  # a bad option or value raises here
+            assert ctx.params["out"] is not None, example
