@@ -220,6 +220,26 @@ def test_parse_set_reads_yaml_values() -> None:
     }
 
 
+class _Empties(BaseModel):
+    domain: str = Field("", description="domain of the servers")
+    tags: dict[str, int] = Field(default_factory=dict, description="tags by name")
+    name: str = Field("x", description="a name")
+
+
+def test_an_empty_default_is_not_shown_as_one() -> None:
+    app = typer.Typer()
+
+    @app.command()
+    @config_flags(_Empties, ["domain", "name"])
+    def go(overrides: Any) -> None:
+        pass
+
+    helptext = runner.invoke(app, ["--help"], terminal_width=200).output
+    assert "Domain of the servers" in helptext and "(default )" not in helptext
+    assert "A name (default x)" in helptext
+    assert _flag_help(_Empties.model_fields["tags"], None) == "Tags by name"
+
+
 def test_a_section_field_is_a_flag_and_set_reaches_any_section_key(tmp_path: Path) -> None:
     seen: list[_Recipe] = []
     app = typer.Typer()
@@ -307,23 +327,3 @@ def test_set_refuses_a_key_the_model_lacks_even_where_it_keeps_unknown_keys(
         return
     assert result.exit_code == 2 and not seen
     assert f"--set {item.split('=')[0]}: {needle}" in " ".join(result.output.split())
-
-
-class _Empties(BaseModel):
-    domain: str = Field("", description="domain of the servers")
-    tags: dict[str, int] = Field(default_factory=dict, description="tags by name")
-    name: str = Field("x", description="a name")
-
-
-def test_an_empty_default_is_not_shown_as_one() -> None:
-    app = typer.Typer()
-
-    @app.command()
-    @config_flags(_Empties, ["domain", "name"])
-    def go(overrides: Any) -> None:
-        pass
-
-    helptext = runner.invoke(app, ["--help"], terminal_width=200).output
-    assert "Domain of the servers" in helptext and "(default )" not in helptext
-    assert "A name (default x)" in helptext
-    assert _flag_help(_Empties.model_fields["tags"], None) == "Tags by name"
