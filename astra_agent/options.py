@@ -181,7 +181,7 @@ def _flag_help(info: FieldInfo, help_text: str | None) -> str:
     text = help_text or info.description or ""
     text = text[:1].upper() + text[1:]
     default = info.get_default(call_default_factory=True)
-    if info.is_required() or default is None or default == []:
+    if info.is_required() or default is None or default in ([], {}, ""):  # nothing to show
         return text
     shown = str(default).lower() if isinstance(default, bool) else default
     return f"{text} (default {shown})" if text else f"Default {shown}."

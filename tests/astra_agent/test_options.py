@@ -20,6 +20,7 @@ from astra_agent.options import (
     API_KEY_ENV,
     BASE_URL_ENV,
     MODEL_ENV,
+    _flag_help,
     config_flags,
     model_overrides,
     parse_set,
@@ -217,6 +218,26 @@ def test_parse_set_reads_yaml_values() -> None:
         "f": "ünï=code",
         "g": {"k": 1},
     }
+
+
+class _Empties(BaseModel):
+    domain: str = Field("", description="domain of the servers")
+    tags: dict[str, int] = Field(default_factory=dict, description="tags by name")
+    name: str = Field("x", description="a name")
+
+
+def test_an_empty_default_is_not_shown_as_one() -> None:
+    app = typer.Typer()
+
+    @app.command()
+    @config_flags(_Empties, ["domain", "name"])
+    def go(overrides: Any) -> None:
+        pass
+
+    helptext = runner.invoke(app, ["--help"], terminal_width=200).output
+    assert "Domain of the servers" in helptext and "(default )" not in helptext
+    assert "A name (default x)" in helptext
+    assert _flag_help(_Empties.model_fields["tags"], None) == "Tags by name"
 
 
 def test_a_section_field_is_a_flag_and_set_reaches_any_section_key(tmp_path: Path) -> None:

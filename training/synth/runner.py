@@ -54,9 +54,13 @@ class StageConfig(BaseModel):
 
     out: Path
     concurrency: int = Field(8, ge=1, description="units at once")
-    shard: str | None = Field(None, description="i/N: the units whose key hashes to i")
-    resume: bool = False
-    overwrite: bool = False
+    shard: str | None = Field(
+        None, description="only the units whose key hashes to i, given as i/N (0-based)"
+    )
+    resume: bool = Field(
+        False, description="continue an interrupted run in --out (same inputs and parameters)"
+    )
+    overwrite: bool = Field(False, description="replace the outputs of an earlier run in --out")
 
     @model_validator(mode="after")
     def _shard(self) -> StageConfig:
@@ -245,6 +249,11 @@ class ScoreStats(BaseModel):
     histogram: dict[str, int] = Field(default_factory=dict)  # value → count, judged
     kept: int = 0
     kept_mean: float | None = None
+
+
+def score_rows(scores: Mapping[str, ScoreStats]) -> list[tuple[str, Any]]:
+    """Summary rows: each score's mean over everything judged and over what was kept."""
+    return [(f"{n}: mean judged / kept", f"{s.mean} / {s.kept_mean}") for n, s in scores.items()]
 
 
 def score_stats(

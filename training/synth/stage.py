@@ -104,6 +104,15 @@ class StageStats(BaseModel):
     resumed_units: int = 0  # units taken from an earlier, interrupted run
     finished: str = ""
 
+    def summary(self) -> list[tuple[str, Any]]:
+        """The rows of the stage's summary table (the CLI adds the rest: teacher tokens,
+        resumed units, rejections)."""
+        return [("records", self.records)]
+
+    def warning(self) -> str | None:
+        """What to warn about after the run (nothing was kept), if anything."""
+        return None
+
 
 def input_files(paths: Iterable[Path]) -> list[InputFile]:
     return [InputFile(path=str(p), sha256=file_sha256(p)) for p in paths]

@@ -302,7 +302,7 @@ class TeacherConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_attempts: int = Field(3, ge=1, description="calls per question, retries included")
+    max_attempts: int = Field(3, ge=1, description="teacher calls per question, retries included")
     max_reply_chars: int = Field(100_000, ge=100, description="longer replies are not parsed")
     max_depth: int = Field(32, ge=2, description="deeper JSON nesting is refused")
     keep_raw_chars: int = Field(20_000, ge=0, description="raw text kept in a rejection")

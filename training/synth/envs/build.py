@@ -78,13 +78,15 @@ class ArenaConfig(StageConfig):
 
     PARAMS = ("near", "far", "near_pool", "far_ratio", "heldout", "seed", "sandbox")
 
-    envs: list[Path] = Field(min_length=1, description="`synth env-code` outputs or JSONL files")
+    envs: list[Path] = Field(
+        min_length=1, description="`synth env-code` outputs or JSONL files (repeatable)"
+    )
     near: int = Field(2, ge=0, description="distractors from the near band")
     far: int = Field(1, ge=0, description="distractors from the far band")
     near_pool: int = Field(10, ge=1, description="the near band: this many best-ranked")
     far_ratio: float = Field(0.0, ge=0, le=1, description="the far band: score ≤ this × best")
     heldout: float = Field(0.1, ge=0, lt=1, description="share of the records held out")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the split and the draws")
     sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
     concurrency: int = Field(4, ge=1, description="records validated at once")
 
@@ -114,6 +116,19 @@ class ArenaStats(StageStats):
     distractors: dict[str, int] = Field(default_factory=dict)  # by band
     short_of_distractors: int = 0  # records offered fewer than near + far
     tools_offered: dict[str, int] = Field(default_factory=dict)  # tools per record → records
+
+    def summary(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = [
+            ("environments", self.environments),
+            ("arena records", self.records),
+            ("  train.jsonl", self.train),
+            ("  heldout.jsonl", self.heldout),
+        ]
+        rows += [(f"distractors, {band} band", n) for band, n in self.distractors.items()]
+        return [*rows, ("records short of distractors", self.short_of_distractors)]
+
+    def warning(self) -> str | None:
+        return None if self.records else "no arena record was kept"
 
 
 def heldout_ids(ids: Sequence[str], fraction: float, seed: int) -> set[str]:

@@ -127,7 +127,9 @@ class CheckLimits(SandboxLimits):
     """The sandbox's limits while a tool is checked: a mock-data lookup that needs seconds is
     broken, so the time limits are shorter than an episode's."""
 
-    wall_seconds_per_call: float = Field(5.0, gt=0, le=600, allow_inf_nan=False)
+    wall_seconds_per_call: float = Field(
+        5.0, gt=0, le=600, allow_inf_nan=False, description="seconds a checked tool call may take"
+    )
     load_seconds_per_tool: float = Field(5.0, gt=0, le=600, allow_inf_nan=False)
     # A tool returns its result; what it prints (at load or per call) beyond this is refused.
     max_printed_chars: int = Field(8192, ge=0)
@@ -139,13 +141,19 @@ class EnvCodeConfig(TeacherStageConfig):
     PARAMS = ("max_retries", "merge", "probe", "sandbox", "feedback_chars")
 
     decompositions: list[Path] = Field(
-        min_length=1, description="`synth decompose` outputs or decompositions JSONL files"
+        min_length=1,
+        description="`synth decompose` outputs or decompositions JSONL files (repeatable)",
     )
     max_retries: int = Field(3, ge=0, description="sandbox rounds after the first, per tool")
     # Off by default: the arena reward (ASTRA's) counts solved *tools*, so a merged tool that
     # serves k sub-questions is one required tool but k calls, and a model that does everything
     # right scores 2T/(T+S) < 1 (T tools, S reference calls). Merge for tool-pool realism only.
-    merge: MergeMode = Field("off", description="teacher (rule, then teacher), rule, or off")
+    merge: MergeMode = Field(
+        "off",
+        description="merge same-intent tools: teacher (rule, then teacher), rule (identical "
+        "schemas only) or off (the arena reward counts tools, so a merged tool serving k "
+        "sub-questions caps the best reward below 1)",
+    )
     probe: bool = Field(True, description="refuse tools that give the answer without the task")
     sandbox: CheckLimits = Field(default_factory=CheckLimits)
     sandboxes: int = Field(4, ge=1, description="sandboxes running at once")
@@ -160,6 +168,19 @@ class EnvCodeStats(TeacherStageStats):
     tools: int = 0  # after merging
     merged: dict[str, int] = Field(default_factory=dict)  # merges made, by "rule" / "teacher"
     rounds: dict[str, int] = Field(default_factory=dict)  # sandbox rounds a kept tool took
+
+    def summary(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = [
+            ("decompositions", self.decompositions),
+            ("environments kept", self.environments),
+            ("reference calls", self.tool_steps),
+            ("tools (after merging)", self.tools),
+        ]
+        rows += [(f"  merged by {how}", n) for how, n in self.merged.items()]
+        return rows + [(f"tools proven in round {n}", k) for n, k in self.rounds.items()]
+
+    def warning(self) -> str | None:
+        return None if self.environments else "no environment was kept"
 
 
 # ------------------------------------------------------------------ the stage

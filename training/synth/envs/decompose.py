@@ -76,6 +76,7 @@ from training.synth.runner import (
     gather,
     parse_thresholds,
     run_teacher_stage,
+    score_rows,
     score_stats,
 )
 from training.synth.stage import Progress, Rejection, Shard, StageRun, UnitOutcome, input_files
@@ -179,11 +180,13 @@ class DecomposeConfig(TeacherStageConfig):
     taxonomy: Path | None = Field(None, description="a JSON tree; its leaves are domains")
     seeds: Path | None = Field(None, description="JSONL: question, answer?, domain?, id?")
     per_domain: int = Field(4, ge=1, le=10_000, description="questions per domain")
-    min_steps: int = Field(2, ge=1, le=12)
-    max_steps: int = Field(6, ge=1, le=12)
+    min_steps: int = Field(2, ge=1, le=12, description="sub-questions, at least")
+    max_steps: int = Field(6, ge=1, le=12, description="sub-questions, at most")
     min_scores: dict[ScoreName, int] = Field(default_factory=dict)
-    min_overall: float = Field(4.0, ge=1, le=5)
-    dedup_threshold: float = Field(0.7, gt=0, le=1)
+    min_overall: float = Field(4.0, ge=1, le=5, description="keep a mean of the four scores ≥ this")
+    dedup_threshold: float = Field(
+        0.7, gt=0, le=1, description="main questions near-duplicate at this Jaccard"
+    )
     shingle: int = Field(3, ge=1, le=8, description="words per shingle")
 
     @model_validator(mode="after")
@@ -217,6 +220,18 @@ class DecomposeStats(TeacherStageStats):
     reasoning_steps: int = 0  # kept steps that need none (last steps only)
     thresholds: dict[str, float] = Field(default_factory=dict)
     scores: dict[str, ScoreStats] = Field(default_factory=dict)  # the four and "overall"
+
+    def summary(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = [
+            ("questions asked", self.units),
+            ("decompositions kept", self.decompositions),
+            ("  with parallel steps", self.with_parallel_steps),
+        ]
+        rows += [(f"  of {n} steps", k) for n, k in self.steps.items()]
+        return rows + score_rows(self.scores)
+
+    def warning(self) -> str | None:
+        return None if self.decompositions else "no decomposition was kept"
 
 
 # ------------------------------------------------------------------ checks (no teacher)

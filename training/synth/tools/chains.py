@@ -82,10 +82,12 @@ class PersonaQuestion(Question):
 class ChainOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    count: int = Field(100, ge=1)
-    seed: int = 0
-    min_length: int = Field(2, ge=2)
-    max_length: int = Field(5, ge=2, le=16)
+    count: int = Field(
+        100, ge=1, description="distinct chains to sample (fewer if the graph holds fewer)"
+    )
+    seed: int = Field(0, description="random seed (same seed, same chains)")
+    min_length: int = Field(2, ge=2, description="tools per chain, at least")
+    max_length: int = Field(5, ge=2, le=16, description="tools per chain, at most")
     max_attempts: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
@@ -107,6 +109,18 @@ class ChainStats(StageStats):
     covered: int = 0
     no_edge: list[str] = Field(default_factory=list)  # in no chain possible
     not_covered: list[str] = Field(default_factory=list)  # could be, are not
+
+    def summary(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = [("chains", f"{self.chains} of {self.requested} asked")]
+        if self.possible is not None:
+            rows.append(("  distinct chains possible", self.possible))
+        rows += [(f"  of {n} tools", k) for n, k in self.lengths.items()]
+        return [
+            *rows,
+            ("tools covered", f"{self.covered} of {self.tools}"),
+            ("tools without any edge", len(self.no_edge)),
+            ("tools left out by the count", len(self.not_covered)),
+        ]
 
 
 @dataclass

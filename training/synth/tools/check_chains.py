@@ -90,13 +90,17 @@ class CheckChainsConfig(TeacherStageConfig):
 
     PARAMS = ("votes", "vote_threshold", "back_translate", "max_offered", "seed")
 
-    chains: list[Path] = Field(min_length=1, description="`synth chains` outputs or JSONL files")
-    pool: list[Path] = Field(min_length=1, description="`synth pool` outputs or pool.jsonl files")
+    chains: list[Path] = Field(
+        min_length=1, description="`synth chains` outputs or JSONL files (repeatable)"
+    )
+    pool: list[Path] = Field(
+        min_length=1, description="`synth pool` outputs or pool.jsonl files (repeatable)"
+    )
     votes: int = Field(1, ge=1, le=15, description="teacher votes per chain")
     vote_threshold: float = Field(0.5, gt=0, le=1, description="share of yes votes to keep")
     back_translate: bool = Field(True, description="check that a request maps back to the chain")
     max_offered: int = Field(32, ge=2, le=256, description="tools offered to back-translate")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the distractors' draw")
 
 
 class CheckStats(ChainStats, TeacherStageStats):
@@ -110,6 +114,19 @@ class CheckStats(ChainStats, TeacherStageStats):
     votes_no: int = 0
     voted_out: int = 0
     mismatched: int = 0
+
+    def summary(self) -> list[tuple[str, Any]]:
+        share = f"{self.kept_share:.0%}" if self.kept_share is not None else "-"
+        return [
+            ("chains checked", self.checked),
+            ("  kept", f"{self.kept} ({share})"),
+            ("  voted out", self.voted_out),
+            ("  back-translation mismatch", self.mismatched),
+            ("votes yes / no", f"{self.votes_yes} / {self.votes_no}"),
+        ]
+
+    def warning(self) -> str | None:
+        return "no chain was kept" if self.checked and not self.kept else None
 
 
 async def _settle(coros: Iterable[Awaitable[T]]) -> list[T | TeacherRejected]:

@@ -118,9 +118,12 @@ class ConfirmConfig(TeacherStageConfig):
 
     PARAMS = ("batch",)
 
-    graph: list[Path] = Field(min_length=1, description="`synth graph` outputs (shards)")
+    graph: list[Path] = Field(
+        min_length=1, description="`synth graph` outputs (shards) (repeatable)"
+    )
     pool: list[Path] = Field(
-        default_factory=list, description="the graph's `synth pool` (default: from its stats)"
+        default_factory=list,
+        description="the graph's `synth pool` (default: from its stats) (repeatable)",
     )
     batch: int = Field(8, ge=1, le=64, description="edges per prompt")
     concurrency: int = Field(4, ge=1, description="batches at once")
@@ -137,6 +140,19 @@ class ConfirmStats(GraphStats, TeacherStageStats):
     unjudged: int = 0  # no usable verdict (failed batches, unknown tools)
     batches: int = 0
     failed_batches: int = 0
+
+    def summary(self) -> list[tuple[str, Any]]:
+        return [
+            ("edges proposed", self.proposed),
+            ("  confirmed", self.confirmed),
+            ("  refused by the teacher", self.refused),
+            ("  not judged", self.unjudged),
+            ("batches (failed)", f"{self.batches} ({self.failed_batches})"),
+            ("tools without a confirmed edge", len(self.isolated)),
+        ]
+
+    def warning(self) -> str | None:
+        return "no edge was confirmed" if self.proposed and not self.confirmed else None
 
 
 # ------------------------------------------------------------------ inputs

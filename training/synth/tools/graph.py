@@ -38,7 +38,7 @@ import re
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -114,9 +114,11 @@ class GraphNode(BaseModel):
 class GraphOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    min_score: float = Field(0.5, ge=0.0, le=1.0)
-    across_domains: bool = False
-    shard: str | None = None  # "i/N": the edges whose source hashes to i
+    min_score: float = Field(0.5, ge=0.0, le=1.0, description="keep edges scoring at least this")
+    across_domains: bool = Field(False, description="pair tools of different domains too")
+    shard: str | None = Field(
+        None, description="only the edges whose source hashes to i, given as i/N (0-based)"
+    )
 
 
 class GraphStats(StageStats):
@@ -126,6 +128,15 @@ class GraphStats(StageStats):
     cross_server: int = 0
     by_rule: dict[str, int] = Field(default_factory=dict)  # of each edge's best match
     isolated: list[str] = Field(default_factory=list)  # tools with no edge in or out
+
+    def summary(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = [
+            ("tools", self.tools),
+            ("edges", self.edges),
+            ("  across servers", self.cross_server),
+        ]
+        rows += [(f"  by {rule}", n) for rule, n in self.by_rule.items()]
+        return [*rows, ("tools without any edge", len(self.isolated))]
 
 
 # ------------------------------------------------------------------ matching

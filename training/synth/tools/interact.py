@@ -93,13 +93,19 @@ class InteractConfig(TeacherStageConfig):
         "system_prompt",
     )
 
-    tasks: list[Path] = Field(min_length=1, description="`synth tasks` outputs or JSONL files")
-    pool: list[Path] = Field(min_length=1, description="`synth pool` outputs or pool.jsonl files")
+    tasks: list[Path] = Field(
+        min_length=1, description="`synth tasks` outputs or JSONL files (repeatable)"
+    )
+    pool: list[Path] = Field(
+        min_length=1, description="`synth pool` outputs or pool.jsonl files (repeatable)"
+    )
     mcp_config: Path | None = Field(None, description="mcpServers config: these servers run live")
     simulate: bool = Field(False, description="the teacher plays the tools that cannot run live")
-    offer: Literal["servers", "chain"] = "servers"
+    offer: Literal["servers", "chain"] = Field(
+        "servers", description="tools offered: servers (all of the chain's) or chain"
+    )
     failure_rate: float = Field(0.2, ge=0, le=1, description="share of calls made to fail")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the injected failures")
     max_steps: int = Field(16, ge=1, description="model calls per episode")
     max_time_s: float | None = Field(None, gt=0)
     tool_timeout_s: float = Field(120.0, gt=0, description="a live call (a simulated one: more)")
@@ -126,6 +132,16 @@ class InteractStats(TeacherStageStats):
     mean_steps: float = 0.0
     servers_live: list[str] = Field(default_factory=list)
     servers_failed: dict[str, str] = Field(default_factory=dict)
+
+    def summary(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = [("tasks", self.tasks), ("trajectories", self.trajectories)]
+        rows += [(f"  {kind}", n) for kind, n in self.by_environment.items()]
+        rows += [("tool calls", self.calls)]
+        rows += [(f"  {status}", n) for status, n in self.by_status.items()]
+        return [*rows, ("injected failures (recovered)", f"{self.injected} ({self.recovered})")]
+
+    def warning(self) -> str | None:
+        return None if self.trajectories else "no trajectory was kept"
 
 
 # ------------------------------------------------------------------ the agent

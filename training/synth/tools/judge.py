@@ -38,6 +38,7 @@ from training.synth.runner import (
     TeacherStageStats,
     parse_thresholds,
     run_teacher_stage,
+    score_rows,
     score_stats,
 )
 from training.synth.stage import (
@@ -102,7 +103,9 @@ class JudgeConfig(TeacherStageConfig):
 
     PARAMS = ("min_score", "min_each", "result_chars", "reasoning_chars")
 
-    interactions: list[Path] = Field(min_length=1, description="`synth interact` outputs or JSONL")
+    interactions: list[Path] = Field(
+        min_length=1, description="`synth interact` outputs or JSONL (repeatable)"
+    )
     min_score: float = Field(3.5, ge=1, le=5, description="overall (the mean) at least this")
     min_each: dict[Dimension, int] = Field(default_factory=dict)
     result_chars: int = Field(1_500, ge=100, description="of each tool result, shown")
@@ -128,6 +131,13 @@ class JudgeStats(TeacherStageStats):
     kept: int = 0
     thresholds: dict[str, Any] = Field(default_factory=dict)
     scores: dict[str, ScoreStats] = Field(default_factory=dict)  # the seven and "overall"
+
+    def summary(self) -> list[tuple[str, Any]]:
+        rows = [("trajectories", self.trajectories), ("judged", self.judged), ("kept", self.kept)]
+        return rows + score_rows(self.scores)
+
+    def warning(self) -> str | None:
+        return None if self.kept else "no trajectory was kept"
 
 
 # ------------------------------------------------------------------ what the judge reads

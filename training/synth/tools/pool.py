@@ -85,8 +85,10 @@ class ToolRecord(BaseModel):
 class PoolOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    domain: str = ""  # for an mcpServers config, which names none
-    shard: str | None = None  # "i/N": the servers whose name hashes to i
+    domain: str = Field("", description="domain of the servers of --mcp-config (it names none)")
+    shard: str | None = Field(
+        None, description="only the servers whose name hashes to i, given as i/N (0-based)"
+    )
 
 
 class PoolStats(StageStats):
@@ -97,6 +99,14 @@ class PoolStats(StageStats):
     with_output_schema: int = 0
     by_server: dict[str, int] = Field(default_factory=dict)
     by_domain: dict[str, int] = Field(default_factory=dict)
+
+    def summary(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = [
+            ("servers", self.servers),
+            ("tools", self.tools),
+            ("with output hints", self.with_output_schema),
+        ]
+        return rows + [(f"  domain {d or '(none)'}", n) for d, n in self.by_domain.items()]
 
 
 @dataclass

@@ -58,6 +58,7 @@ from training.synth.runner import (
     gather,
     parse_thresholds,
     run_teacher_stage,
+    score_rows,
     score_stats,
 )
 from training.synth.stage import (
@@ -139,14 +140,22 @@ class TasksConfig(TeacherStageConfig):
         "shingle",
     )
 
-    chains: list[Path] = Field(min_length=1, description="`synth chains` outputs or JSONL files")
-    pool: list[Path] = Field(min_length=1, description="`synth pool` outputs or pool.jsonl files")
+    chains: list[Path] = Field(
+        min_length=1, description="`synth chains` outputs or JSONL files (repeatable)"
+    )
+    pool: list[Path] = Field(
+        min_length=1, description="`synth pool` outputs or pool.jsonl files (repeatable)"
+    )
     modes: list[TaskMode] = Field(default_factory=lambda: list(MODES), min_length=1)
     min_scores: dict[ScoreName, int] = Field(default_factory=dict)
-    min_mean: float = Field(3.5, ge=1, le=5)
-    dedup_threshold: float = Field(0.7, gt=0, le=1)
-    decontaminate: bool = True
-    decontam_threshold: float = Field(0.5, gt=0, le=1)
+    min_mean: float = Field(3.5, ge=1, le=5, description="keep a mean of the four scores ≥ this")
+    dedup_threshold: float = Field(
+        0.7, gt=0, le=1, description="near-duplicate at this Jaccard estimate"
+    )
+    decontaminate: bool = Field(True, description="drop questions close to BFCL multi-turn")
+    decontam_threshold: float = Field(
+        0.5, gt=0, le=1, description="too close to BFCL at this Jaccard estimate"
+    )
     shingle: int = Field(3, ge=1, le=8, description="words per shingle")
 
     @field_validator("modes")
@@ -174,6 +183,14 @@ class TaskStats(TeacherStageStats):
     by_mode: dict[str, int] = Field(default_factory=dict)
     scores: dict[str, ScoreStats] = Field(default_factory=dict)  # "overall": the four's mean
     bfcl_questions: int = 0  # the decontamination set
+
+    def summary(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = [("chains", self.chains), ("questions kept", self.questions)]
+        rows += [(f"  {mode}", n) for mode, n in self.by_mode.items()]
+        return rows + score_rows(self.scores)
+
+    def warning(self) -> str | None:
+        return None if self.questions else "no question was kept"
 
 
 @cache
