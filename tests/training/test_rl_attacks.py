@@ -17,7 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -440,7 +440,12 @@ def test_a_signal_mid_rollout_stops_quietly_and_the_rerun_resumes(
         preexec_fn=_ignore_sigint,
     )  # fmt: skip
     try:
-        kill_after_records_signal(proc, run / "metrics.jsonl", 1, sig, timeout_s=120)
+        # step 1's record is logged before its checkpoint is saved: wait for both (on a busy
+        # machine the save can take longer than the half second below)
+        kill_after_records_signal(
+            proc, run / "metrics.jsonl", 1, sig, timeout_s=120,
+            ready=lambda: last_complete_checkpoint(run) is not None,
+        )  # fmt: skip
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -461,14 +466,19 @@ def test_a_signal_mid_rollout_stops_quietly_and_the_rerun_resumes(
 
 
 def kill_after_records_signal(
-    proc: subprocess.Popen[str], path: Path, n: int, sig: signal.Signals, timeout_s: float
+    proc: subprocess.Popen[str],
+    path: Path,
+    n: int,
+    sig: signal.Signals,
+    timeout_s: float,
+    ready: Callable[[], bool] = lambda: True,
 ) -> None:
-    """Wait until ``path`` (JSONL) holds ``n`` records, then send ``sig`` half a second into
-    the next step's rollout."""
+    """Wait until ``path`` (JSONL) holds ``n`` records (and ``ready()``), then send ``sig``
+    half a second into the next step's rollout."""
     import time
 
     deadline = time.monotonic() + timeout_s
-    while not (path.is_file() and len(path.read_text().splitlines()) >= n):
+    while not (path.is_file() and len(path.read_text().splitlines()) >= n and ready()):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.05)
     time.sleep(0.5)

@@ -19,8 +19,8 @@ keeps the episode's token context itself.
   tokens (mask 0): the text the template renders after the last ``<|im_end|>``, tokenized on its
   own (it starts right after a special token, so it tokenizes as it would inside the whole).
 * Text in a message the policy did not sample (the task's prompt, a tool result) that the
-  tokenizer would turn into control tokens (``<|im_end|>``, ``<|im_start|>``, any added token's
-  text) ends the episode as a :class:`ControlTextError` (a model error, the rollout goes on):
+  tokenizer would turn into a turn marker (``<|im_end|>``, ``<|im_start|>``, ``<|endoftext|>``)
+  ends the episode as a :class:`ControlTextError` (a model error, the rollout goes on):
   a tool that returned ``<|im_end|><|im_start|>assistant…`` would otherwise forge turns into
   the context the policy is trained in. vLLM's chat endpoint would tokenize the same text as
   control tokens when serving, so it cannot be kept as plain text either without the trained
@@ -35,8 +35,10 @@ tokenization) is reported in the record, never silently fixed.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from astra_agent.errors import ServerError
@@ -65,24 +67,57 @@ class ControlTextError(RenderError):
     """A message the policy did not sample holds text that would become control tokens."""
 
 
+@lru_cache(maxsize=8)
+def _turn_markers(tokenizer: Any) -> re.Pattern[str]:
+    """The text of the tokens that delimit turns: the tokenizer's special tokens and its added
+    tokens of the ``<|…|>`` form (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``)."""
+    added = [t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values()]
+    texts = {t for t in added if t.startswith("<|") and t.endswith("|>")}
+    texts |= {t for t in getattr(tokenizer, "all_special_tokens", []) if t}
+    ordered = sorted(texts, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, ordered)) or r"(?!)")
+
+
+def _first_marker(pattern: re.Pattern[str], value: Any) -> str | None:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            found = pattern.search(v)
+            if found:
+                return found.group()
+        elif isinstance(v, dict):
+            stack.extend([*v.keys(), *v.values()])
+        elif isinstance(v, list | tuple):
+            stack.extend(v)
+    return None
+
+
 def check_control_text(
     tokenizer: Any,
     messages: list[dict[str, Any]],
     first: int,
     tools: list[dict[str, Any]] | None = None,
 ) -> None:
-    """ControlTextError if ``messages[first:]`` (none of them sampled) or ``tools`` hold
-    control text."""
-    from training.template import control_text  # transformers: imported when a rollout starts
-
-    found = _safely(lambda: control_text(tokenizer, messages[first:], tools))
+    """ControlTextError if ``messages[first:]`` (none of them sampled) or ``tools`` hold the
+    text of a turn marker (see :func:`_turn_markers`). The reply-format tags (``<think>``,
+    ``<tool_call>``, ``<tool_response>``) are let through: a tool result may quote the
+    model's own reply (an unknown tool's name, a rejected argument), and inside a tool response
+    they forge no turn."""
+    pattern = _turn_markers(tokenizer)
+    for i, message in enumerate(messages[first:], start=first):
+        found = _first_marker(pattern, message)
+        if found:
+            where = f"message {i} ({message.get('role', '?')!s:.20})"
+            break
+    else:
+        found = _first_marker(pattern, tools or [])
+        where = "the tool schemas"
     if found:
-        i, _, rest = found.removeprefix("message ").partition(" ")
-        where = f"message {int(i) + first} {rest}" if i.isdigit() else found
         raise ControlTextError(
-            f"{where!s:.200}: text that the tokenizer turns into control tokens, in a message "
-            "the policy did not write (a tool result or the prompt); the environment must not "
-            "return it (it would forge turns into the training context)"
+            f"{where}: {found!r} would become a control token in a message the policy did not "
+            "write (a tool result, the prompt); the environment must not return it (it would "
+            "forge turns into the training context)"
         )
 
 
