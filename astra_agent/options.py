@@ -157,6 +157,8 @@ def parse_set(items: Sequence[str] | None) -> dict[str, Any]:
         except yaml.YAMLError as exc:
             reason = " ".join(str(getattr(exc, "problem", None) or exc).split())
             raise ConfigError(f"--set {item!r:.200}: the value is not YAML ({reason})") from None
+        except RecursionError:
+            raise ConfigError(f"--set {item!r:.200}: the value is nested too deeply") from None
         node = out
         for part in path[:-1]:
             nxt = node.setdefault(part.strip(), {})

@@ -190,6 +190,7 @@ def test_config_flags_are_the_models_fields_and_set_reaches_the_rest(tmp_path: P
         (["--set", "=3"], "expected KEY=VALUE"),
         (["--set", "section..device=cpu"], "expected KEY=VALUE"),
         (["--set", "steps=[1"], "the value is not YAML"),
+        (["--set", "steps=" + "[" * 5000], "nested too deeply"),
         (["--set", "steps=3", "--set", "steps.x=1"], "steps is set to a value above"),
         (["--set", "stepz=3"], "stepz"),  # the model's own check: an unknown key
         (["--set", "section.device=tpu"], "section.device"),
