@@ -26,20 +26,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from astra_agent.testing.scripted_server import Reply
+from training.synth.envs.sandboxed import JSON_TYPES
 from training.synth.testing.rules import ScriptedPlants, clause, rule
 
 QUOTED = re.compile(r'"([^"\n]{1,200})"|“([^”\n]{1,200})”')
 TOOL_LINE = re.compile(r"^Tool \(JSON\): (.*)$", re.MULTILINE)
 ARGS_LINE = re.compile(r"^Arguments \(JSON\): (.*)$", re.MULTILINE)
 _WORDS = re.compile(r"[_\-\s.]+|(?<=[a-z0-9])(?=[A-Z])")
-_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "array": (list,),
-    "object": (dict,),
-}
+_TYPES = {k: v for k, v in JSON_TYPES.items() if k != "null"}  # the schema types it fills
 
 
 # ------------------------------------------------------------------ arguments from a schema

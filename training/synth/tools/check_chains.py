@@ -63,7 +63,7 @@ from training.synth.teacher import Answer, TeacherRejected
 from training.synth.text import cut_text
 from training.synth.tools.chains import CHAINS_FILE, ChainStats, Question, ToolChain, read_chains
 from training.synth.tools.chains import STAGE as CHAINS_STAGE
-from training.synth.tools.pool import ToolRecord, read_tools, tool_view
+from training.synth.tools.pool import PoolInputs, ToolRecord, read_tools, tool_view
 
 STAGE = "check-chains"
 VOTE, BACK, GENERATE = "chain_vote", "back_translate", "tasks"  # the prompt templates
@@ -93,9 +93,7 @@ class CheckChainsConfig(TeacherStageConfig):
     chains: list[Path] = Field(
         min_length=1, description="`synth chains` outputs or JSONL files (repeatable)"
     )
-    pool: list[Path] = Field(
-        min_length=1, description="`synth pool` outputs or pool.jsonl files (repeatable)"
-    )
+    pool: PoolInputs
     votes: int = Field(1, ge=1, le=15, description="teacher votes per chain")
     vote_threshold: float = Field(0.5, gt=0, le=1, description="share of yes votes to keep")
     back_translate: bool = Field(True, description="check that a request maps back to the chain")

@@ -65,7 +65,7 @@ from training.synth.tools.environments import (
     Route,
     TaskTools,
 )
-from training.synth.tools.pool import ToolRecord, read_tools
+from training.synth.tools.pool import PoolInputs, ToolRecord, read_tools
 from training.synth.tools.tasks import TASKS_FILE, TaskRecord
 
 __all__ = ["InteractConfig", "InteractStats", "synth_interact"]
@@ -96,9 +96,7 @@ class InteractConfig(TeacherStageConfig):
     tasks: list[Path] = Field(
         min_length=1, description="`synth tasks` outputs or JSONL files (repeatable)"
     )
-    pool: list[Path] = Field(
-        min_length=1, description="`synth pool` outputs or pool.jsonl files (repeatable)"
-    )
+    pool: PoolInputs
     mcp_config: Path | None = Field(None, description="mcpServers config: these servers run live")
     simulate: bool = Field(False, description="the teacher plays the tools that cannot run live")
     offer: Literal["servers", "chain"] = Field(

@@ -32,7 +32,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -461,6 +461,13 @@ def read_pool(directory: Path) -> tuple[list[tuple[int, ToolRecord]], list[Rejec
     lines as rejections."""
     read_stats(directory, STAGE)
     return read_records(directory / POOL_FILE, ToolRecord, "graph")
+
+
+# A later stage's input: the pool its chains' tools come from.
+PoolInputs = Annotated[
+    list[Path],
+    Field(min_length=1, description="`synth pool` outputs or pool.jsonl files (repeatable)"),
+]
 
 
 def read_tools(paths: Sequence[Path], stage: str) -> tuple[dict[str, ToolRecord], list[Path]]:

@@ -73,7 +73,7 @@ from training.synth.stage import (
 from training.synth.teacher import TeacherRejected
 from training.synth.text import NearDuplicates, quote, signature, similarity
 from training.synth.tools.chains import PersonaQuestion, Question, ToolChain, read_chains
-from training.synth.tools.pool import ToolRecord, read_tools, tool_view
+from training.synth.tools.pool import PoolInputs, ToolRecord, read_tools, tool_view
 
 STAGE = "tasks"
 TASKS_FILE = "tasks.jsonl"
@@ -143,9 +143,7 @@ class TasksConfig(TeacherStageConfig):
     chains: list[Path] = Field(
         min_length=1, description="`synth chains` outputs or JSONL files (repeatable)"
     )
-    pool: list[Path] = Field(
-        min_length=1, description="`synth pool` outputs or pool.jsonl files (repeatable)"
-    )
+    pool: PoolInputs
     modes: list[TaskMode] = Field(default_factory=lambda: list(MODES), min_length=1)
     min_scores: dict[ScoreName, int] = Field(default_factory=dict)
     min_mean: float = Field(3.5, ge=1, le=5, description="keep a mean of the four scores ≥ this")
