@@ -227,6 +227,7 @@ class _Controls:
 
     any: re.Pattern[str]  # the text of any special/added token
     reply: re.Pattern[str]  # the same, or a think tag (where the template reads them)
+    turns: re.Pattern[str]  # the turn markers: special tokens and <|…|> added tokens
     normalize: Callable[[str], str] | None  # where added tokens match after normalizing
 
     def find(self, pattern: re.Pattern[str], text: str) -> str | None:
@@ -259,9 +260,12 @@ def _controls(tokenizer: Any) -> _Controls:
     ordered = sorted((t for t in texts if t), key=len, reverse=True)
     normalizer: Any = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)
     normalized = normalizer is not None and any(getattr(t, "normalized", False) for t in added)
+    special = set(getattr(tokenizer, "all_special_tokens", []))
+    turns = [t for t in ordered if t in special or (t.startswith("<|") and t.endswith("|>"))]
     return _Controls(
         any=re.compile("|".join(re.escape(t) for t in ordered) or r"(?!)"),
         reply=re.compile("|".join(re.escape(t) for t in [*ordered, THINK_OPEN, THINK_CLOSE])),
+        turns=re.compile("|".join(re.escape(t) for t in turns) or r"(?!)"),
         normalize=normalizer.normalize_str if normalized else None,
     )
 
@@ -277,6 +281,13 @@ def _assistant_content(text: str, controls: _Controls) -> str | None:
     if before.strip():
         return f"text before {THINK_OPEN} (the template drops it)"
     return controls.find(controls.reply, reasoning) or controls.find(controls.reply, rest[0])
+
+
+def turn_marker(tokenizer: Any, value: Any) -> str | None:
+    """The first turn marker's text (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``: the
+    special tokens and the ``<|…|>`` added ones) in a string, key or value inside ``value``."""
+    controls = _controls(tokenizer)
+    return controls.first_leaf(value, controls.turns)
 
 
 def control_text(

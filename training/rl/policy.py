@@ -35,10 +35,8 @@ tokenization) is reported in the record, never silently fixed.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import replace
-from functools import lru_cache
 from typing import Any, TypeVar
 
 from astra_agent.errors import ServerError
@@ -67,32 +65,6 @@ class ControlTextError(RenderError):
     """A message the policy did not sample holds text that would become control tokens."""
 
 
-@lru_cache(maxsize=8)
-def _turn_markers(tokenizer: Any) -> re.Pattern[str]:
-    """The text of the tokens that delimit turns: the tokenizer's special tokens and its added
-    tokens of the ``<|…|>`` form (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``)."""
-    added = [t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values()]
-    texts = {t for t in added if t.startswith("<|") and t.endswith("|>")}
-    texts |= {t for t in getattr(tokenizer, "all_special_tokens", []) if t}
-    ordered = sorted(texts, key=len, reverse=True)
-    return re.compile("|".join(map(re.escape, ordered)) or r"(?!)")
-
-
-def _first_marker(pattern: re.Pattern[str], value: Any) -> str | None:
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            found = pattern.search(v)
-            if found:
-                return found.group()
-        elif isinstance(v, dict):
-            stack.extend([*v.keys(), *v.values()])
-        elif isinstance(v, list | tuple):
-            stack.extend(v)
-    return None
-
-
 def check_control_text(
     tokenizer: Any,
     messages: list[dict[str, Any]],
@@ -100,18 +72,19 @@ def check_control_text(
     tools: list[dict[str, Any]] | None = None,
 ) -> None:
     """ControlTextError if ``messages[first:]`` (none of them sampled) or ``tools`` hold the
-    text of a turn marker (see :func:`_turn_markers`). The reply-format tags (``<think>``,
-    ``<tool_call>``, ``<tool_response>``) are let through: a tool result may quote the
+    text of a turn marker (:func:`training.template.turn_marker`). The reply-format tags
+    (``<think>``, ``<tool_call>``, ``<tool_response>``) are let through: a tool result may quote the
     model's own reply (an unknown tool's name, a rejected argument), and inside a tool response
     they forge no turn."""
-    pattern = _turn_markers(tokenizer)
+    from training.template import turn_marker  # transformers: loaded once a rollout runs
+
     for i, message in enumerate(messages[first:], start=first):
-        found = _first_marker(pattern, message)
+        found = turn_marker(tokenizer, message)
         if found:
             where = f"message {i} ({message.get('role', '?')!s:.20})"
             break
     else:
-        found = _first_marker(pattern, tools or [])
+        found = turn_marker(tokenizer, tools or [])
         where = "the tool schemas"
     if found:
         raise ControlTextError(
