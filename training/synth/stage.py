@@ -385,6 +385,39 @@ class StageRun(Generic[R]):
         return stats
 
 
+def open_run(
+    out: Path,
+    stage: str,
+    *,
+    output: str,
+    record_type: type[R],
+    stats: type[S],
+    inputs: list[InputFile],
+    params: Mapping[str, Any],
+    overwrite: bool = False,
+    resume: bool = False,
+    extra_outputs: tuple[str, ...] = (),
+    fsync: bool = False,
+    writes: str | None = None,
+    **fields: Any,
+) -> tuple[StageRun[R], S]:
+    """Open ``out`` for a ``stage`` run of ``inputs`` and ``params`` (its fingerprint), and its
+    stats: the finished run's where ``run.complete`` (nothing is left to do), else new ones
+    (``fields`` set, the units an interrupted run committed counted as resumed). ``writes``:
+    the stage the directory holds for later stages, where it is not ``stage``."""
+    run = StageRun(
+        out, stage=writes or stage, output=output, record_type=record_type,
+        fingerprint=fingerprint(stage, inputs, params), overwrite=overwrite, resume=resume,
+        extra_outputs=extra_outputs, fsync=fsync,
+    )  # fmt: skip
+    if run.complete:
+        return run, stats.model_validate(run.stats)
+    return run, stats(
+        fingerprint=run.fingerprint, code_version=code_version(), inputs=inputs,
+        params=dict(params), resumed_units=len(run.units), **fields,
+    )  # fmt: skip
+
+
 def read_records(
     path: Path, model: type[R], stage: str
 ) -> tuple[list[tuple[int, R]], list[Rejection]]:

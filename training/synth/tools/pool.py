@@ -50,8 +50,8 @@ from training.synth.stage import (
     StageStats,
     SynthError,
     code_version,
-    fingerprint,
     input_files,
+    open_run,
     read_records,
     read_stage_output,
     read_stats,
@@ -361,22 +361,14 @@ def build_pool(
     assert source is not None
     shard = Shard.parse(options.shard)
     config = load_mcp_config(source) if mcp_config is not None else None
-    inputs = input_files([source])
     params = {"source": "mcp" if config else "servers", **options.model_dump()}
-    run_id = fingerprint(STAGE, inputs, params)
-    run = StageRun(
-        out,
-        stage=STAGE,
-        output=POOL_FILE,
-        record_type=ToolRecord,
-        fingerprint=run_id,
-        overwrite=overwrite,
-        resume=resume,
+    run, stats = open_run(
+        out, STAGE, output=POOL_FILE, record_type=ToolRecord, stats=PoolStats,
+        inputs=input_files([source]), params=params, overwrite=overwrite, resume=resume,
         fsync=True,
-    )
+    )  # fmt: skip
     if run.complete:
-        return PoolStats.model_validate(run.stats)
-    stats = PoolStats(fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params)
+        return stats
     if config is not None:
         order, rejected = _from_mcp(
             run, config, str(source), options.domain, shard, stats, progress
@@ -407,9 +399,7 @@ def _from_servers(
     mine = [e for e in entries if shard.holds(e.name)]
     stats.servers = len(mine)
     for i, entry in enumerate(mine, start=1):
-        if run.done(entry.name):
-            stats.resumed_units += 1
-        else:
+        if not run.done(entry.name):
             records, why = _server_records(entry, run.fingerprint)
             run.commit(entry.name, records, why)
         if progress is not None:
@@ -429,7 +419,6 @@ def _from_mcp(
     names = [n for n in config.enabled() if shard.holds(n)]
     stats.servers = len(names)
     todo = [n for n in names if not run.done(n)]
-    stats.resumed_units = len(names) - len(todo)
     if progress is not None:
         progress(stats.resumed_units, len(names))
     rejected: list[Rejection] = []
