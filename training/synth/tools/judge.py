@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -36,6 +36,7 @@ from training.synth.runner import (
     TeacherStage,
     TeacherStageConfig,
     TeacherStageStats,
+    fill_thresholds,
     parse_thresholds,
     run_teacher_stage,
     score_rows,
@@ -64,15 +65,7 @@ Dimension = Literal[
     "result_use",
     "query_understanding",
 ]
-DIMENSIONS: tuple[Dimension, ...] = (
-    "call_conciseness",
-    "answer_relevance",
-    "answer_faithfulness",
-    "call_success",
-    "plan_quality",
-    "result_use",
-    "query_understanding",
-)
+DIMENSIONS: tuple[Dimension, ...] = get_args(Dimension)
 
 
 class TrajectoryScores(BaseModel):
@@ -113,9 +106,7 @@ class JudgeConfig(TeacherStageConfig):
 
     @model_validator(mode="after")
     def _thresholds(self) -> JudgeConfig:
-        self.min_each = {d: self.min_each.get(d, 2) for d in DIMENSIONS}
-        if not all(1 <= v <= 5 for v in self.min_each.values()):
-            raise ValueError("min_each must be within 1..5")
+        self.min_each = fill_thresholds(self.min_each, DIMENSIONS, 2, "min_each")
         return self
 
 
