@@ -112,6 +112,24 @@ class Call:
     answer: str
 
 
+class EnvStep(BaseModel):
+    """One reference call of an environment: the sub-question, the tool that answers it, its
+    arguments and answer, the output the tool gave in the sandbox (cut; filled in by the
+    checks)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    subquestion: str
+    question: str
+    tool: str
+    arguments: dict[str, Any]
+    answer: str
+    output: str = ""
+
+    def call(self) -> Call:
+        return Call(self.subquestion, self.arguments, self.answer)
+
+
 # Why a tool was refused: a fixed ``reason`` code and the message (the sandbox's own where the
 # sandbox refused it), which is also what the teacher is told on a retry.
 Failure = Finding
