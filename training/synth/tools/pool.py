@@ -40,7 +40,6 @@ from astra_agent.config import read_text
 from astra_agent.errors import ConfigError, ServerError
 from astra_agent.mcp_config import MCPConfig, load_mcp_config
 from astra_agent.mcp_env import MCPEnvironment
-from astra_agent.runio import jsonl_lines
 from training.synth.stage import (
     Progress,
     Provenance,
@@ -51,6 +50,7 @@ from training.synth.stage import (
     SynthError,
     code_version,
     input_files,
+    json_lines,
     open_run,
     read_records,
     read_stage_output,
@@ -166,18 +166,8 @@ def read_servers(path: Path) -> tuple[list[ServerEntry], list[Rejection]]:
     text = read_text(path, "servers file")
     servers: dict[str, ServerEntry] = {}
     rejected: list[Rejection] = []
-    for n, line in enumerate(jsonl_lines(text), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            data = json.loads(line)
-        except ValueError as exc:
-            rejected.append(
-                Rejection(stage=STAGE, source=where, reason="not_json", detail=str(exc))
-            )
-            continue
-        got = server_entry(data, where)
+    for n, data in json_lines(text, path, STAGE, rejected):
+        got = server_entry(data, f"{path}:{n}")
         if isinstance(got, Rejection):
             rejected.append(got)
         elif got.name in servers:
