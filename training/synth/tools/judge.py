@@ -51,6 +51,7 @@ from training.synth.stage import (
     input_files,
     read_stage_output,
 )
+from training.synth.text import cut_text
 
 STAGE = "judge"
 JUDGE = "trajectory_judge"  # the prompt template
@@ -135,8 +136,7 @@ class JudgeStats(TeacherStageStats):
 
 
 def _cut(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit] + f" …[{len(text) - limit} chars cut]"
+    return cut_text(" ".join(text.split()), limit)
 
 
 def transcript(traj: Trajectory, result_chars: int, reasoning_chars: int) -> dict[str, Any]:
