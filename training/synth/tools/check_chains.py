@@ -63,7 +63,7 @@ from training.synth.teacher import Answer, TeacherRejected
 from training.synth.text import cut_text
 from training.synth.tools.chains import CHAINS_FILE, ChainStats, Question, ToolChain, read_chains
 from training.synth.tools.chains import STAGE as CHAINS_STAGE
-from training.synth.tools.pool import PoolInputs, ToolRecord, read_tools, tool_view
+from training.synth.tools.pool import PoolInputs, ToolRecord, not_in_pool, read_tools, tool_view
 
 STAGE = "check-chains"
 VOTE, BACK, GENERATE = "chain_vote", "back_translate", "tasks"  # the prompt templates
@@ -145,9 +145,7 @@ class CheckStage:
                          **kw)  # fmt: skip
 
     async def process(self, key: str, chain: ToolChain) -> UnitOutcome[ToolChain]:
-        missing = [t for t in chain.tools if t not in self.tools]
-        if missing:
-            why = f"not in the pool: {', '.join(missing)}"
+        if why := not_in_pool(chain.tools, self.tools):
             return UnitOutcome(rejections=[self._reject(chain, "unknown_tool", why)])
         tools = [self.tools[t] for t in chain.tools]
         view, view_json = tool_view(tools)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -454,6 +454,12 @@ def read_tools(paths: Sequence[Path], stage: str) -> tuple[dict[str, ToolRecord]
     an id; lines that are not tools are skipped); and the files read."""
     got = read_stage_output(paths, ToolRecord, stage=stage, producer=STAGE, file=POOL_FILE)
     return {t.id: t for _, t in got.records}, got.files
+
+
+def not_in_pool(ids: Sequence[str], tools: Mapping[str, ToolRecord]) -> str | None:
+    """Why a chain of ``ids`` cannot be used with ``tools``: those missing (None: none is)."""
+    missing = [t for t in ids if t not in tools]
+    return f"not in the pool: {', '.join(missing)}" if missing else None
 
 
 def tool_view(tools: Sequence[ToolRecord]) -> tuple[list[dict[str, Any]], str]:

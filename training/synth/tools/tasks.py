@@ -74,7 +74,7 @@ from training.synth.stage import (
 from training.synth.teacher import TeacherRejected
 from training.synth.text import NearDuplicates, quote, signature, similarity
 from training.synth.tools.chains import PersonaQuestion, Question, ToolChain, read_chains
-from training.synth.tools.pool import PoolInputs, ToolRecord, read_tools, tool_view
+from training.synth.tools.pool import PoolInputs, ToolRecord, not_in_pool, read_tools, tool_view
 
 STAGE = "tasks"
 TASKS_FILE = "tasks.jsonl"
@@ -292,9 +292,7 @@ class TasksStage:
         return Rejection(stage=STAGE, source=chain.id, id=rid, reason=reason, detail=detail, **kw)
 
     async def process(self, key: str, chain: ToolChain) -> UnitOutcome[TaskRecord]:
-        missing = [t for t in chain.tools if t not in self.tools]
-        if missing:
-            why = f"not in the pool: {', '.join(missing)}"
+        if why := not_in_pool(chain.tools, self.tools):
             return UnitOutcome(rejections=[self._reject(chain, key, "unknown_tool", why)])
         tools = [self.tools[t] for t in chain.tools]
         view = tool_view(tools)
