@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -144,12 +144,32 @@ class _Run(Generic[T, R]):
         for rec in pending:
             self.write(rec)
 
-    async def worker(self, queue: Iterator[T]) -> None:
+    async def run(self, item: T) -> None:
+        rec = await self.one(item)
+        if rec.id != self.key(item):
+            raise ValueError(f"record id {rec.id!r} is not the item's {self.key(item)!r}")
+        self.settle(rec)
+
+
+async def run_workers(
+    items: Sequence[T], work: Callable[[T], Awaitable[None]], concurrency: int
+) -> None:
+    """``work(item)`` over ``items``, ``concurrency`` at a time: each worker takes the next
+    item when it is done with one. The first exception cancels the other workers and is
+    raised (the eval runner's and the synthesis stages' pool)."""
+    queue = iter(items)
+
+    async def worker() -> None:
         for item in queue:
-            rec = await self.one(item)
-            if rec.id != self.key(item):
-                raise ValueError(f"record id {rec.id!r} is not the item's {self.key(item)!r}")
-            self.settle(rec)
+            await work(item)
+
+    workers = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(items)))]
+    try:
+        await asyncio.gather(*workers)
+    finally:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
 
 
 async def run_items(
@@ -182,14 +202,7 @@ async def run_items(
     if progress:
         progress(ProgressEvent(len(run.done), run.total, list(run.done.values())))
     t0 = time.monotonic()
-    queue = iter(todo)
-    workers = [asyncio.create_task(run.worker(queue)) for _ in range(min(concurrency, len(todo)))]
-    try:
-        await asyncio.gather(*workers)
-    finally:
-        for w in workers:
-            w.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+    await run_workers(todo, run.run, concurrency)
     run.flush()  # the endpoint failed at the very end, fewer times than the limit
     records = [run.done[k] for k in ids if k in run.done]
     return RunResult(records, run.total, run.ran, time.monotonic() - t0)

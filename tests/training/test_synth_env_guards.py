@@ -16,12 +16,12 @@ import pytest
 from typer.testing import CliRunner
 
 from astra_agent.sandbox import bwrap_available
-from eval.arenas.checks import blind_arguments
+from eval.arenas.checks import blind_arguments, vary_arguments
 from tests.training.test_synth_envs import MODEL, decomposition, env_config, read, write
 from training.synth.cli import synth_app
 from training.synth.envs.build import arena_record
 from training.synth.envs.code import EnvRecord, EnvStep, synth_env_code
-from training.synth.envs.sandboxed import EnvTool, probe_arguments
+from training.synth.envs.sandboxed import EnvTool
 from training.synth.stage import Provenance
 from training.synth.testing import ScriptedTeacher, scripted_teacher_server
 
@@ -50,11 +50,11 @@ def test_blind_call_varies_every_kind_of_value() -> None:
         "filt": {"type": "object", "properties": {"n": {"type": "integer"}}}}}  # fmt: skip
     args = {"flag": True, "unit": "F", "one": "only", "ids": ["a", "b"], "filt": {"n": 3},
             "none": None}  # fmt: skip
-    varied = probe_arguments(params, args)
+    varied = vary_arguments(params, args)
     assert varied["flag"] is False and varied["unit"] == "C" and varied["one"] == "only"
     assert "a" not in varied["ids"] and len(varied["ids"]) == 2 and varied["filt"]["n"] != 3
     assert varied["none"] is None
-    assert probe_arguments({"type": "object", "properties": {}}, {}) == {}  # nothing to vary
+    assert vary_arguments({"type": "object", "properties": {}}, {}) == {}  # nothing to vary
     # a probe value that holds the answer proves nothing: the other set, else no blind call
     assert blind_arguments({}, {"q": "k"}, ["zz-no-such-value"]) == {"q": "qq-other-entry"}
     assert blind_arguments({}, {"q": "k"}, ["zz-no-such-value", "qq-other-entry"]) is None

@@ -21,6 +21,7 @@ from astra_agent.errors import ConfigError
 from astra_agent.sandbox import bwrap_available
 from astra_agent.testing.scripted_server import ScriptedServer
 from eval.arenas import replay_script
+from eval.arenas.checks import holds_token, vary_arguments
 from tests.conftest import kill_after_records
 from training.synth.cli import synth_app
 from training.synth.envs.build import heldout_ids
@@ -28,12 +29,7 @@ from training.synth.envs.code import CheckLimits, EnvCodeConfig, synth_env_code
 from training.synth.envs.distract import BM25, DistractorIndex, Entry, words
 from training.synth.envs.merge import dispatcher
 from training.synth.envs.records import Decomposition, SubQuestion
-from training.synth.envs.sandboxed import (
-    holds_token,
-    probe_arguments,
-    schema_problem,
-    static_problem,
-)
+from training.synth.envs.sandboxed import schema_problem, static_problem
 from training.synth.stage import JOURNAL
 from training.synth.testing import ScriptedTeacher, scripted_teacher_server
 
@@ -100,7 +96,7 @@ def test_static_and_schema_checks() -> None:
     assert "not of type integer" in (schema_problem(params, {"city": "Oslo", "n": True}) or "")
     assert "enum" in (schema_problem(params, {"city": "Oslo", "unit": "K"}) or "")
     assert "JSON schema" in (schema_problem({"type": "string"}, {}) or "")
-    probe = probe_arguments(params, {"city": "Oslo", "n": 3, "unit": "C"})
+    probe = vary_arguments(params, {"city": "Oslo", "n": 3, "unit": "C"})
     assert probe["unit"] == "F" and probe["city"] != "Oslo" and probe["n"] != 3  # all varied
     assert holds_token('{"q": "x Sella-7"}', "sella-7") and not holds_token("ORD-1234", "3")
 

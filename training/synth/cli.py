@@ -125,9 +125,14 @@ def _stage(
     """Load a stage's config (``given``: the flags config_flags does not make), run
     the stage with a progress bar over ``what``, and print its summary."""
     cfg = _load(model, stage, overrides, config, out=out, **given)
+    _show(f"{stage} → {cfg.out}", what, lambda hook: asyncio.run(run(cfg, hook)))
+
+
+def _show(title: str, what: str, run: Callable[[Callable[[int, int], None]], StageStats]) -> None:
+    """Run a stage with a progress bar over ``what`` and print its summary."""
     with _bar(what) as hook:
-        stats = asyncio.run(run(cfg, hook))
-    _summary(f"{stage} → {cfg.out}", stats)
+        stats = run(hook)
+    _summary(title, stats)
 
 
 def _flag_of(
@@ -232,17 +237,10 @@ def pool(
     Example: astra-train synth pool --servers mcp_servers.jsonl --out synth/pool --shard 0/4
     """
     options = _load(PoolOptions, "pool", overrides)
-    with _bar("servers") as hook:
-        stats = build_pool(
-            out,
-            mcp_config=mcp_config,
-            servers=servers,
-            options=options,
-            overwrite=bool(overwrite),
-            resume=bool(resume),
-            progress=hook,
-        )
-    _summary(f"pool → {out}", stats)
+    _show(f"pool → {out}", "servers", lambda hook: build_pool(
+        out, mcp_config=mcp_config, servers=servers, options=options,
+        overwrite=bool(overwrite), resume=bool(resume), progress=hook,
+    ))  # fmt: skip
 
 
 @synth_app.command("graph")
@@ -265,11 +263,9 @@ def graph(
     Example: astra-train synth graph --pool synth/pool --out synth/graph --min-score 0.6
     """
     options = _load(GraphOptions, "graph", overrides)
-    with _bar("tools") as hook:
-        stats = build_graph(
-            pool, out, options, overwrite=bool(overwrite), resume=bool(resume), progress=hook
-        )
-    _summary(f"graph → {out}", stats)
+    _show(f"graph → {out}", "tools", lambda hook: build_graph(
+        pool, out, options, overwrite=bool(overwrite), resume=bool(resume), progress=hook
+    ))  # fmt: skip
 
 
 @synth_app.command("chains")
@@ -292,11 +288,9 @@ def chains(
     Example: astra-train synth chains --graph synth/graph --count 1000 --seed 7 --out synth/chains
     """
     options = _load(ChainOptions, "chains", overrides)
-    with _bar("chains") as hook:
-        stats = sample_chains(
-            graph, out, options, overwrite=bool(overwrite), resume=bool(resume), progress=hook
-        )
-    _summary(f"chains → {out}", stats)
+    _show(f"chains → {out}", "chains", lambda hook: sample_chains(
+        graph, out, options, overwrite=bool(overwrite), resume=bool(resume), progress=hook
+    ))  # fmt: skip
 
 
 @synth_app.command("confirm")

@@ -34,7 +34,7 @@ from training.synth.stage import (
     StageStats,
     UnitProcess,
     code_version,
-    fingerprint,
+    open_run,
     run_units,
 )
 from training.synth.teacher import Teacher, TeacherConfig, TeacherRejected, TokenCount
@@ -43,6 +43,7 @@ from training.synth.teacher import teacher_provenance as teacher_info
 R = TypeVar("R", bound=BaseModel)
 S = TypeVar("S", bound="TeacherStageStats")
 U = TypeVar("U")
+K = TypeVar("K", bound=str)
 
 
 class StageConfig(BaseModel):
@@ -170,16 +171,15 @@ async def run_teacher_stage(
         params = {**cfg.params(), "teacher": info}
         if spec.prompts:
             params |= teacher.fingerprint(spec.prompts)
-        run_id = fingerprint(spec.name, spec.inputs, params)
-        run = StageRun(
-            cfg.out, stage=spec.writes or spec.name, output=spec.output, record_type=spec.record,
-            fingerprint=run_id, overwrite=cfg.overwrite, resume=cfg.resume,
-            extra_outputs=spec.extra_outputs,
+        run, stats = open_run(
+            cfg.out, spec.name, output=spec.output, record_type=spec.record, stats=spec.stats,
+            inputs=spec.inputs, params=params, overwrite=cfg.overwrite, resume=cfg.resume,
+            extra_outputs=spec.extra_outputs, writes=spec.writes, teacher=info,
+            **spec.stats_fields,
         )  # fmt: skip
         if run.complete:
-            return spec.stats.model_validate(run.stats)
-        resumed = len(run.units)
-        ctx = StageContext(spec.name, cfg, model, teacher, run, run_id, info, closers)
+            return stats
+        ctx = StageContext(spec.name, cfg, model, teacher, run, run.fingerprint, info, closers)
         process = spec.start(ctx)
         if inspect.isawaitable(process):
             process = await process
@@ -191,10 +191,6 @@ async def run_teacher_stage(
         for close in closers:
             await close()
         await model.close()
-    stats = spec.stats(
-        fingerprint=run_id, code_version=code_version(), inputs=spec.inputs, params=params,
-        resumed_units=resumed, teacher=info, **spec.stats_fields,
-    )  # fmt: skip
     order = [k for k, _ in spec.units]
     extra = spec.count(stats, run, order)
     stats.tokens = usage_totals(run)
@@ -229,6 +225,16 @@ def parse_thresholds(values: Sequence[str], names: Sequence[str], flag: str, nou
         except ValueError:
             raise ConfigError(f"{flag} {value!r}: write N or NAME=N (1-5)") from None
         out |= dict.fromkeys([name] if name else list(names), n)
+    return out
+
+
+def fill_thresholds(
+    given: Mapping[K, int], names: Sequence[K], default: int, key: str
+) -> dict[K, int]:
+    """A threshold for each of ``names`` (``default`` for one not ``given``), each 1..5."""
+    out = {name: given.get(name, default) for name in names}
+    if not all(1 <= v <= 5 for v in out.values()):
+        raise ValueError(f"{key} must be within 1..5")
     return out
 
 

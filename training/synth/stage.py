@@ -17,7 +17,6 @@ made from.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -39,6 +38,7 @@ from astra_agent.runio import (
     jsonl_lines,
     write_lines_atomic,
 )
+from eval.runner import run_workers
 from training.synth.teacher import TeacherRejected, TokenCount, track_usage
 
 log = logging.getLogger(__name__)
@@ -385,6 +385,39 @@ class StageRun(Generic[R]):
         return stats
 
 
+def open_run(
+    out: Path,
+    stage: str,
+    *,
+    output: str,
+    record_type: type[R],
+    stats: type[S],
+    inputs: list[InputFile],
+    params: Mapping[str, Any],
+    overwrite: bool = False,
+    resume: bool = False,
+    extra_outputs: tuple[str, ...] = (),
+    fsync: bool = False,
+    writes: str | None = None,
+    **fields: Any,
+) -> tuple[StageRun[R], S]:
+    """Open ``out`` for a ``stage`` run of ``inputs`` and ``params`` (its fingerprint), and its
+    stats: the finished run's where ``run.complete`` (nothing is left to do), else new ones
+    (``fields`` set, the units an interrupted run committed counted as resumed). ``writes``:
+    the stage the directory holds for later stages, where it is not ``stage``."""
+    run = StageRun(
+        out, stage=writes or stage, output=output, record_type=record_type,
+        fingerprint=fingerprint(stage, inputs, params), overwrite=overwrite, resume=resume,
+        extra_outputs=extra_outputs, fsync=fsync,
+    )  # fmt: skip
+    if run.complete:
+        return run, stats.model_validate(run.stats)
+    return run, stats(
+        fingerprint=run.fingerprint, code_version=code_version(), inputs=inputs,
+        params=dict(params), resumed_units=len(run.units), **fields,
+    )  # fmt: skip
+
+
 def read_records(
     path: Path, model: type[R], stage: str
 ) -> tuple[list[tuple[int, R]], list[Rejection]]:
@@ -398,29 +431,39 @@ def read_records(
         raise ConfigError(f"cannot read {path}: {exc}") from None
     kept: list[tuple[int, R]] = []
     rejected: list[Rejection] = []
-    for n, line in enumerate(jsonl_lines(text), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            data = json.loads(line)
-        except ValueError as exc:
-            rejected.append(
-                Rejection(stage=stage, source=where, reason="not_json", detail=str(exc))
-            )
-            continue
+    for n, data in json_lines(text, path, stage, rejected):
         try:
             kept.append((n, model.model_validate(data)))
         except ValidationError as exc:
             err = exc.errors()[0]
             detail = f"{'.'.join(map(str, err['loc'])) or '<record>'}: {err['msg']}"
             rid = data.get("id", "") if isinstance(data, dict) else ""
+            where = f"{path}:{n}"
             rejected.append(
                 Rejection(
                     stage=stage, source=where, id=str(rid), reason="bad_record", detail=detail
                 )
             )
     return kept, rejected
+
+
+def json_lines(
+    text: str, path: Path, stage: str, rejected: list[Rejection]
+) -> Iterator[tuple[int, Any]]:
+    """The JSON values of the lines of ``text`` (read from ``path``), with their line numbers;
+    a line that is not JSON becomes a ``not_json`` rejection in ``rejected``."""
+    for n, line in enumerate(jsonl_lines(text), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except ValueError as exc:
+            where = f"{path}:{n}"
+            rejected.append(
+                Rejection(stage=stage, source=where, reason="not_json", detail=str(exc))
+            )
+            continue
+        yield n, data
 
 
 # ------------------------------------------------------------------ reading an earlier stage
@@ -507,7 +550,8 @@ class _Units(Generic[U, R]):
     in_a_row: int = 0
     last_error: str = ""
 
-    async def one(self, key: str, item: U) -> None:
+    async def one(self, unit: tuple[str, U]) -> None:
+        key, item = unit
         with track_usage() as usage:
             try:
                 outcome = await self.process(key, item)
@@ -540,10 +584,6 @@ class _Units(Generic[U, R]):
                 hint="rerun with --resume once the endpoint answers again",
             )
 
-    async def worker(self, queue: Iterator[tuple[str, U]]) -> None:
-        for key, item in queue:
-            await self.one(key, item)
-
 
 async def run_units(
     run: StageRun[R],
@@ -573,14 +613,7 @@ async def run_units(
     )
     if progress is not None:
         progress(state.done, state.total)
-    queue = iter(todo)
-    workers = [asyncio.create_task(state.worker(queue)) for _ in range(min(concurrency, len(todo)))]
-    try:
-        await asyncio.gather(*workers)
-    finally:
-        for w in workers:
-            w.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+    await run_workers(todo, state.one, concurrency)
     if state.failed:
         raise UnitsFailed(
             f"{state.failed} unit(s) could not be done: the endpoint failed (last: "

@@ -366,9 +366,7 @@ class Teacher:
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, calls=1
         )
         add_usage(self.usage, ref, count)
-        current = _current.get()
-        if current is not None:
-            add_usage(current, ref, count)
+        count_usage(ref, count)
 
     async def ask(self, name: str, schema: type[S], **variables: Any) -> Answer[S]:
         """One question: render ``name`` with ``variables``, return the reply as ``schema``.

@@ -56,12 +56,11 @@ from training.synth.stage import (
     Provenance,
     Rejection,
     Shard,
-    StageRun,
     StageStats,
     UnitOutcome,
     code_version,
-    fingerprint,
     input_files,
+    open_run,
     read_stage_output,
     run_units,
 )
@@ -238,30 +237,23 @@ async def build_arenas(cfg: ArenaConfig, progress: Progress | None = None) -> Ar
     )  # fmt: skip
     envs, rejected = [e for _, e in got.records], got.rejected
     selected = [e for e in envs if shard.holds(e.id)]
-    inputs = input_files(got.files)
-    params = cfg.params()
-    run_id = fingerprint(STAGE, inputs, params)
-    run = StageRun(
-        cfg.out, stage=STAGE, output=ARENAS_FILE, record_type=ArenaRecordOut,
-        fingerprint=run_id, overwrite=cfg.overwrite, resume=cfg.resume,
-        extra_outputs=(TRAIN_FILE, HELDOUT_FILE),
+    run, stats = open_run(
+        cfg.out, STAGE, output=ARENAS_FILE, record_type=ArenaRecordOut, stats=ArenaStats,
+        inputs=input_files(got.files), params=cfg.params(), overwrite=cfg.overwrite,
+        resume=cfg.resume, extra_outputs=(TRAIN_FILE, HELDOUT_FILE),
+        environments=len(selected),
     )  # fmt: skip
     if run.complete:
-        return ArenaStats.model_validate(run.stats)
-    resumed = len(run.units)
-    stage = ArenaStage(cfg, envs, run_id)
+        return stats
+    stage = ArenaStage(cfg, envs, run.fingerprint)
     await run_units(
         run, [(e.id, e) for e in selected], stage.process, concurrency=cfg.concurrency,
         progress=progress,
     )  # fmt: skip
     order = [e.id for e in selected]
     kept = [r for unit in order for r in run.records(unit)]
-    stats = ArenaStats(
-        fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params,
-        resumed_units=resumed, environments=len(selected),
-        train=sum(r.split == "train" for r in kept),
-        heldout=sum(r.split == "heldout" for r in kept),
-    )  # fmt: skip
+    stats.train = sum(r.split == "train" for r in kept)
+    stats.heldout = sum(r.split == "heldout" for r in kept)
     for r in kept:
         picks = r.provenance.detail.get("distractors", [])
         for p in picks:

@@ -41,11 +41,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.sandbox import SandboxLimits
-from training.synth.envs.merge import MERGE, Step, merge_by_rule, merge_by_teacher, unique_names
+from training.synth.envs.merge import MERGE, merge_by_rule, merge_by_teacher, unique_names
 from training.synth.envs.records import Decomposition, SubQuestion
 from training.synth.envs.sandboxed import (
     NAME_PATTERN,
     Call,
+    EnvStep,
     EnvTool,
     Failure,
     check_tool,
@@ -93,19 +94,6 @@ class ToolDraft(BaseModel):
     parameters: dict[str, Any]
     code: str = Field(min_length=1, max_length=60_000)
     arguments: dict[str, Any]
-
-
-class EnvStep(BaseModel):
-    """One reference call: the sub-question, the tool and arguments that answer it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    subquestion: str
-    question: str
-    tool: str
-    arguments: dict[str, Any]
-    answer: str
-    output: str = ""  # what the tool returned in the sandbox (cut)
 
 
 class EnvRecord(BaseModel):
@@ -189,7 +177,7 @@ class EnvCodeStats(TeacherStageStats):
 @dataclass
 class _Written:
     tool: EnvTool
-    step: Step
+    step: EnvStep
     rounds: int
 
 
@@ -280,7 +268,10 @@ class EnvCodeStage:
                 source=draft.code,
                 serves=[sub.id],
             )
-            step = Step(sub.id, sub.question, draft.name, draft.arguments, sub.answer)
+            step = EnvStep(
+                subquestion=sub.id, question=sub.question, tool=draft.name,
+                arguments=draft.arguments, answer=sub.answer,
+            )  # fmt: skip
             result = await self.check(tool, [step.call()])
             if not isinstance(result, Failure):
                 step.output = result[0]
@@ -293,7 +284,7 @@ class EnvCodeStage:
         return self._reject(d, rid, failure.reason, detail, raw=cut(raw, keep))
 
     def _record(
-        self, d: Decomposition, tools: list[EnvTool], steps: list[Step], rounds: dict[str, int]
+        self, d: Decomposition, tools: list[EnvTool], steps: list[EnvStep], rounds: dict[str, int]
     ) -> EnvRecord:
         return EnvRecord(
             id=d.id,
@@ -301,17 +292,7 @@ class EnvCodeStage:
             question=d.question,
             answer=d.answer,
             tools=tools,
-            steps=[
-                EnvStep(
-                    subquestion=s.subquestion,
-                    question=s.question,
-                    tool=s.tool,
-                    arguments=s.arguments,
-                    answer=s.answer,
-                    output=s.output,
-                )
-                for s in steps
-            ],
+            steps=steps,
             reasoning=[s.id for s in d.subquestions if s.needs_tool is False],
             provenance=self.ctx.provenance([d.id], prompts=self.prompts, detail={"rounds": rounds}),
         )

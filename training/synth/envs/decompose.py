@@ -51,7 +51,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -73,6 +73,7 @@ from training.synth.runner import (
     TeacherStage,
     TeacherStageConfig,
     TeacherStageStats,
+    fill_thresholds,
     gather,
     parse_thresholds,
     run_teacher_stage,
@@ -98,7 +99,7 @@ DECOMPOSITIONS_FILE = "decompositions.jsonl"
 DECOMPOSE, NECESSITY, VERIFY = "decompose", "necessity", "verify"  # the prompt templates
 PROMPTS = (DECOMPOSE, NECESSITY, VERIFY)
 ScoreName = Literal["dependency", "atomicity", "forced_serialization", "completeness"]
-SCORES: tuple[ScoreName, ...] = ("dependency", "atomicity", "forced_serialization", "completeness")
+SCORES: tuple[ScoreName, ...] = get_args(ScoreName)
 # what the k-th question of a domain is about (k modulo their number): variety per domain
 FOCI = (
     "looking up one record by its id, then facts about what it points to",
@@ -195,9 +196,7 @@ class DecomposeConfig(TeacherStageConfig):
             raise ValueError("name --domains, --taxonomy or --seeds")
         if self.min_steps > self.max_steps:
             raise ValueError(f"min_steps {self.min_steps} > max_steps {self.max_steps}")
-        self.min_scores = {name: self.min_scores.get(name, 3) for name in SCORES}
-        if not all(1 <= v <= 5 for v in self.min_scores.values()):
-            raise ValueError("min_scores must be within 1..5")
+        self.min_scores = fill_thresholds(self.min_scores, SCORES, 3, "min_scores")
         return self
 
 

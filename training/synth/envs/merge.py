@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from training.synth.envs.sandboxed import NAME_PATTERN, Call, EnvTool, Failure, cut
+from training.synth.envs.sandboxed import NAME_PATTERN, Call, EnvStep, EnvTool, Failure, cut
 from training.synth.teacher import Teacher
 
 MERGE = "merge"  # the prompt template
@@ -39,25 +39,9 @@ Check = Callable[[EnvTool, Sequence[Call]], Awaitable["list[str] | Failure"]]
 
 
 @dataclass
-class Step:
-    """One reference call of a record: the sub-question, the tool that answers it, its
-    arguments and answer, the output the tool gave (filled in by the checks)."""
-
-    subquestion: str
-    question: str
-    tool: str
-    arguments: dict[str, Any]
-    answer: str
-    output: str = ""
-
-    def call(self) -> Call:
-        return Call(self.subquestion, self.arguments, self.answer)
-
-
-@dataclass
 class MergeOutcome:
     tools: list[EnvTool]
-    steps: list[Step]
+    steps: list[EnvStep]
     failures: list[str]  # why proposals were dropped (one line each)
     rounds: int = 0  # teacher calls made for merging
 
@@ -105,14 +89,14 @@ def _signature(tool: EnvTool) -> str:
     return json.dumps([tool.name, tool.parameters], sort_keys=True)
 
 
-def _retarget(steps: list[Step], served: Sequence[str], name: str) -> None:
+def _retarget(steps: list[EnvStep], served: Sequence[str], name: str) -> None:
     for s in steps:
         if s.subquestion in served:
             s.tool = name
 
 
 async def merge_by_rule(
-    tools: list[EnvTool], steps: list[Step], check: Check
+    tools: list[EnvTool], steps: list[EnvStep], check: Check
 ) -> tuple[list[EnvTool], list[str]]:
     """Merge the tools of identical schema (name and parameters), each merge checked against
     every call it serves; the tools after it and why merges failed."""
@@ -141,14 +125,14 @@ async def merge_by_rule(
     return out, failures
 
 
-def _outputs(steps: list[Step], calls: Sequence[Call], outputs: Sequence[str]) -> None:
+def _outputs(steps: list[EnvStep], calls: Sequence[Call], outputs: Sequence[str]) -> None:
     by_sub = {c.subquestion: o for c, o in zip(calls, outputs, strict=True)}
     for s in steps:
         if s.subquestion in by_sub:
             s.output = by_sub[s.subquestion]
 
 
-def unique_names(tools: list[EnvTool], steps: list[Step]) -> list[EnvTool]:
+def unique_names(tools: list[EnvTool], steps: list[EnvStep]) -> list[EnvTool]:
     """Rename the second and later tools of a shared name (``<name>_2``: an alias line)."""
     taken = {t.name for t in tools}
     seen: set[str] = set()
@@ -191,7 +175,7 @@ class MergeReply(BaseModel):
     merges: list[MergeProposal] = Field(max_length=16)
 
 
-def tools_view(tools: Sequence[EnvTool], steps: Sequence[Step]) -> str:
+def tools_view(tools: Sequence[EnvTool], steps: Sequence[EnvStep]) -> str:
     """The record's tools as the merge prompt shows them: one line of JSON."""
     by_sub = {s.subquestion: s for s in steps}
     view = [
@@ -227,12 +211,15 @@ def _proposal_problem(p: MergeProposal, tools: dict[str, EnvTool], used: set[str
 
 
 async def _try(
-    proposals: Sequence[MergeProposal], tools: dict[str, EnvTool], steps: list[Step], check: Check
-) -> tuple[list[tuple[MergeProposal, EnvTool, list[Step]]], list[str]]:
+    proposals: Sequence[MergeProposal],
+    tools: dict[str, EnvTool],
+    steps: list[EnvStep],
+    check: Check,
+) -> tuple[list[tuple[MergeProposal, EnvTool, list[EnvStep]]], list[str]]:
     """Check each proposal: the ones that pass (with their re-targeted steps) and failures."""
     used: set[str] = set()
     names: set[str] = set()
-    passed: list[tuple[MergeProposal, EnvTool, list[Step]]] = []
+    passed: list[tuple[MergeProposal, EnvTool, list[EnvStep]]] = []
     failures: list[str] = []
     for p in proposals:
         problem = _proposal_problem(p, tools, used)
@@ -246,7 +233,9 @@ async def _try(
         tool = EnvTool(name=p.name, description=p.description, parameters=p.parameters,
                        source=p.code, serves=serves, merged="teacher")  # fmt: skip
         new_steps = [
-            Step(s.subquestion, s.question, p.name, p.arguments[s.subquestion], s.answer)
+            s.model_copy(
+                update={"tool": p.name, "arguments": p.arguments[s.subquestion], "output": ""}
+            )
             for s in steps
             if s.subquestion in serves
         ]
@@ -264,7 +253,7 @@ async def _try(
 async def merge_by_teacher(
     teacher: Teacher,
     tools: list[EnvTool],
-    steps: list[Step],
+    steps: list[EnvStep],
     check: Check,
     *,
     rounds: int,
@@ -275,7 +264,7 @@ async def merge_by_teacher(
     by_name = {t.name: t for t in tools}
     view = tools_view(tools, steps)
     previous, error = "", ""
-    passed: list[tuple[MergeProposal, EnvTool, list[Step]]] = []
+    passed: list[tuple[MergeProposal, EnvTool, list[EnvStep]]] = []
     failures: list[str] = []
     n = 0
     for n in range(1, rounds + 1):

@@ -55,8 +55,6 @@ from eval.arenas.checks import (
     answer_in_arguments,
     blind_call,
     conduct_finding,
-    holds_token,
-    vary_arguments,
 )
 
 __all__ = [
@@ -65,8 +63,6 @@ __all__ = [
     "Failure",
     "check_tool",
     "cut",
-    "holds_token",
-    "probe_arguments",
     "require_sandbox",
     "schema_problem",
     "static_problem",
@@ -110,6 +106,24 @@ class Call:
     subquestion: str
     arguments: dict[str, Any]
     answer: str
+
+
+class EnvStep(BaseModel):
+    """One reference call of an environment: the sub-question, the tool that answers it, its
+    arguments and answer, the output the tool gave in the sandbox (cut; filled in by the
+    checks)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    subquestion: str
+    question: str
+    tool: str
+    arguments: dict[str, Any]
+    answer: str
+    output: str = ""
+
+    def call(self) -> Call:
+        return Call(self.subquestion, self.arguments, self.answer)
 
 
 # Why a tool was refused: a fixed ``reason`` code and the message (the sandbox's own where the
@@ -201,12 +215,6 @@ def static_problem(name: str, source: str) -> Failure | None:
                 return Failure("not_stdlib", f"the code imports {mod!r}, not a standard library "
                                "module (only the standard library is available)")  # fmt: skip
     return None
-
-
-def probe_arguments(parameters: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
-    """The blind call's arguments (:func:`eval.arenas.checks.vary_arguments`): every value of
-    the task replaced; equal to ``arguments`` when there is nothing to replace."""
-    return vary_arguments(parameters, arguments)
 
 
 def cut(text: str, limit: int) -> str:

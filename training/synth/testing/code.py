@@ -30,12 +30,11 @@ started and joined), ``chatty`` (prints a line), ``tmpfile`` (writes to ``/tmp``
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from astra_agent.arena import AnswerMatch
-from training.synth.testing.rules import ScriptedPlants, rule
+from training.synth.testing.rules import ScriptedPlants, json_line, rule
 
 SUB_LINE = re.compile(r"^Sub-question \(JSON\): (.*)$", re.MULTILINE)
 INPUTS_LINE = re.compile(r"^Inputs \(JSON\): (.*)$", re.MULTILINE)
@@ -51,11 +50,6 @@ STOP = {"what", "which", "who", "whom", "is", "are", "was", "the", "of", "a", "a
         "that", "this", "its", "it", "be", "there", "from"}  # fmt: skip
 OTHERS = {"zz-sample-1": "sample entry one", "zz-sample-2": "sample entry two"}
 MATCH = AnswerMatch()
-
-
-def _last(pattern: re.Pattern[str], text: str) -> str:
-    found = pattern.findall(text)
-    return str(found[-1]) if found else ""
 
 
 def _words(text: str) -> list[str]:
@@ -179,8 +173,8 @@ def _planted(kind: str, name: str, key: str, answer: str) -> tuple[str, dict[str
 
 
 def _env_code(text: str) -> dict[str, Any]:
-    sub = json.loads(_last(SUB_LINE, text) or "{}")
-    inputs = json.loads(_last(INPUTS_LINE, text) or "{}")
+    sub = json_line(SUB_LINE, text, "{}")
+    inputs = json_line(INPUTS_LINE, text, "{}")
     attempt = int((ATTEMPT_LINE.findall(text) or [("1", "1")])[-1][0])
     question, answer = str(sub.get("question", "")), str(sub.get("answer", ""))
     name = tool_name(question)
@@ -204,7 +198,7 @@ def _env_code(text: str) -> dict[str, Any]:
 
 
 def _merge(text: str) -> dict[str, Any]:
-    tools = json.loads(_last(TOOLS_LINE, text) or "[]")
+    tools = json_line(TOOLS_LINE, text, "[]")
     groups: dict[str, list[dict[str, Any]]] = {}
     for tool in tools:
         for call in tool.get("calls", []):

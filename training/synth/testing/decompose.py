@@ -25,13 +25,12 @@ step), ``long`` (seven), ``unneeded`` (the first step's answer stated in the mai
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
 from typing import Any
 
 from training.synth.envs.records import SubQuestion, contains_answer, sinks
-from training.synth.testing.rules import ScriptedPlants, rule
+from training.synth.testing.rules import ScriptedPlants, json_line, last_line, rule
 
 DOMAIN_LINE = re.compile(r"^Domain \(JSON\): (.*)$", re.MULTILINE)
 SEED_LINE = re.compile(r"^Seed question \(JSON\): (.*)$", re.MULTILINE)
@@ -172,11 +171,6 @@ def _values(domain: str, index: int) -> dict[str, str]:
     }
 
 
-def _last(pattern: re.Pattern[str], text: str) -> str:
-    found = pattern.findall(text)
-    return str(found[-1]) if found else ""
-
-
 def _template(name: str, index: int) -> Template:
     low = name.lower()
     for keywords, templates in FAMILIES:
@@ -238,22 +232,22 @@ def _plant(chain: dict[str, Any], plants: set[str]) -> dict[str, Any]:
 
 
 def _plants(text: str) -> set[str]:
-    return set(PLANT.findall(_last(DOMAIN_LINE, text)))
+    return set(PLANT.findall(last_line(DOMAIN_LINE, text)))
 
 
 def decompose_reply(text: str) -> dict[str, Any]:
-    domain = json.loads(_last(DOMAIN_LINE, text) or "{}")
+    domain = json_line(DOMAIN_LINE, text, "{}")
     name = str(domain.get("name") or "general")
-    seed = json.loads(_last(SEED_LINE, text) or "null")
-    index = int(_last(INDEX_LINE, text) or 0)
+    seed = json_line(SEED_LINE, text, "null")
+    index = int(last_line(INDEX_LINE, text) or 0)
     values = _values(name, index)
     chain = _seed_chain(seed, values) if seed else _chain(_template(name, index), values)
     return _plant(chain, _plants(text))
 
 
 def necessity_reply(text: str) -> dict[str, Any]:
-    question = json.loads(_last(QUESTION_LINE, text) or '""')
-    step = json.loads(_last(STEP_LINE, text) or "{}")
+    question = json_line(QUESTION_LINE, text, '""')
+    step = json_line(STEP_LINE, text, "{}")
     answer, sub = str(step.get("answer", "")), str(step.get("question", ""))
     if "necessity_schema" in _plants(text):
         return {"needs_tool": "yes", "reason": "a string, not a boolean"}
@@ -265,7 +259,7 @@ def necessity_reply(text: str) -> dict[str, Any]:
 
 
 def verify_reply(text: str) -> dict[str, Any]:
-    chain = json.loads(_last(CHAIN_LINE, text) or "{}")
+    chain = json_line(CHAIN_LINE, text, "{}")
     steps = [SubQuestion.model_validate(s) for s in chain.get("subquestions", [])]
     final = str(chain.get("answer", ""))
     complete = all(contains_answer(final, s.answer) for s in steps if s.id in sinks(steps))

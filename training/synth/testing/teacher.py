@@ -39,6 +39,7 @@ from training.synth.testing.rules import (
     RULES,
     ScriptedPlants,
     clause,
+    json_line,
     last_line,
 )
 
@@ -193,12 +194,12 @@ class ScriptedTeacher:
             good = RULES[marker["name"]](marker["name"], text, self.checks)
             content, finish = shaped(good, self.output if attempt <= self.times else None)
             return Reply(content=content, finish_reason=finish, delay_s=self.delay_s)
-        tools = json.loads(last_line(CHAIN_LINE, text) or "[]")
+        tools = json_line(CHAIN_LINE, text, "[]")
         if marker["name"] == "tasks":
             mode = last_line(MODE_LINE, text)
             good, plant = self._question(tools, mode)
         else:
-            question = json.loads(last_line(REQUEST_LINE, text) or '""')
+            question = json_line(REQUEST_LINE, text, '""')
             good, plant = self._judge(tools, question)
         kind, times = None, 0
         if plant and plant.output and plant.template in (None, marker["name"]):

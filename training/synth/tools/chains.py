@@ -41,13 +41,17 @@ from training.synth.stage import (
     StageStats,
     SynthError,
     code_version,
-    fingerprint,
     input_files,
-    read_records,
+    open_run,
     read_stage_output,
-    read_stats,
 )
-from training.synth.tools.graph import EDGES_FILE, NODES_FILE, GraphNode, ToolEdge
+from training.synth.tools.graph import (
+    EDGES_FILE,
+    NODES_FILE,
+    GraphNode,
+    ToolEdge,
+    read_graph_dir,
+)
 
 T = TypeVar("T")
 STAGE = "chains"
@@ -177,14 +181,7 @@ def read_graphs(dirs: Sequence[Path]) -> tuple[Graph, list[Rejection]]:
     rejected: list[Rejection] = []
     pending: list[tuple[str, ToolEdge]] = []
     for d in dirs:
-        read_stats(d, "graph")
-        got, bad = read_records(d / NODES_FILE, GraphNode, STAGE)
-        rejected += bad
-        for _, node in got:
-            nodes.setdefault(node.id, node)
-        got_edges, bad = read_records(d / EDGES_FILE, ToolEdge, STAGE)
-        rejected += bad
-        pending += [(f"{d / EDGES_FILE}:{n}", e) for n, e in got_edges]
+        pending += read_graph_dir(d, STAGE, nodes, rejected)[1]
     for where, e in pending:
         key = (e.source, e.target)
         if e.source not in nodes or e.target not in nodes:
@@ -313,28 +310,15 @@ def sample_chains(
             f"the graph has no edge ({len(graph.nodes)} tools): no chain can be made",
             hint="lower `synth graph --min-score`, or add tools of the same domain",
         )
-    inputs = input_files([d / name for d in graphs for name in (NODES_FILE, EDGES_FILE)])
-    params = options.model_dump()
-    run_id = fingerprint(STAGE, inputs, params)
-    run = StageRun(
-        out,
-        stage=STAGE,
-        output=CHAINS_FILE,
-        record_type=ToolChain,
-        fingerprint=run_id,
-        overwrite=overwrite,
-        resume=resume,
-    )
-    if run.complete:
-        return ChainStats.model_validate(run.stats)
-    stats = ChainStats(
-        fingerprint=run_id,
-        code_version=code_version(),
-        inputs=inputs,
-        params=params,
+    run, stats = open_run(
+        out, STAGE, output=CHAINS_FILE, record_type=ToolChain, stats=ChainStats,
+        inputs=input_files([d / name for d in graphs for name in (NODES_FILE, EDGES_FILE)]),
+        params=options.model_dump(), overwrite=overwrite, resume=resume,
         requested=options.count,
-    )
-    sampler = _Sampler(graph, options, run, run_id, stats, progress)
+    )  # fmt: skip
+    if run.complete:
+        return stats
+    sampler = _Sampler(graph, options, run, stats, progress)
     sampler.walks()
     if len(sampler.order) < options.count:
         sampler.fill()
@@ -348,11 +332,10 @@ class _Sampler:
         graph: Graph,
         options: ChainOptions,
         run: StageRun[ToolChain],
-        run_id: str,
         stats: ChainStats,
         progress: Progress | None,
     ) -> None:
-        self.graph, self.options, self.run, self.run_id = graph, options, run, run_id
+        self.graph, self.options, self.run = graph, options, run
         self.stats, self.progress = stats, progress
         self.order: list[str] = []  # units, in sampling order
         self.taken: list[tuple[str, ...]] = []
@@ -360,11 +343,10 @@ class _Sampler:
         self.uses = Uses(graph.linked)
         # resume: the units of an interrupted run, in the order they were made
         self.resumed = sorted(run.units)
-        self.stats.resumed_units = len(self.resumed)
 
     def _take(self, unit: str, tools: Sequence[str], detail: dict[str, Any]) -> None:
         if not self.run.done(unit):
-            self.run.commit(unit, [make_chain(self.graph, tools, self.run_id, detail)], [])
+            self.run.commit(unit, [make_chain(self.graph, tools, self.run.fingerprint, detail)], [])
         self.order.append(unit)
         self.taken.append(tuple(tools))
         self.seen.add(tuple(tools))

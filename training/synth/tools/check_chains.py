@@ -34,12 +34,11 @@ expected, the request; raw kept), ``chain_vote:<problem>`` / ``tasks:<problem>``
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,6 +47,7 @@ from training.synth.runner import (
     TeacherStage,
     TeacherStageConfig,
     TeacherStageStats,
+    gather,
     run_teacher_stage,
 )
 from training.synth.stage import (
@@ -63,12 +63,11 @@ from training.synth.teacher import Answer, TeacherRejected
 from training.synth.text import cut_text
 from training.synth.tools.chains import CHAINS_FILE, ChainStats, Question, ToolChain, read_chains
 from training.synth.tools.chains import STAGE as CHAINS_STAGE
-from training.synth.tools.pool import PoolInputs, ToolRecord, read_tools, tool_view
+from training.synth.tools.pool import PoolInputs, ToolRecord, not_in_pool, read_tools, tool_view
 
 STAGE = "check-chains"
 VOTE, BACK, GENERATE = "chain_vote", "back_translate", "tasks"  # the prompt templates
 PROMPTS = (VOTE, GENERATE, BACK)
-T = TypeVar("T")
 
 
 class ChainVote(BaseModel):
@@ -127,16 +126,6 @@ class CheckStats(ChainStats, TeacherStageStats):
         return "no chain was kept" if self.checked and not self.kept else None
 
 
-async def _settle(coros: Iterable[Awaitable[T]]) -> list[T | TeacherRejected]:
-    """All of them to the end; a teacher's unusable reply is a result, anything else (an
-    endpoint failure) is raised."""
-    results = await asyncio.gather(*coros, return_exceptions=True)
-    for r in results:
-        if isinstance(r, BaseException) and not isinstance(r, TeacherRejected):
-            raise r
-    return results  # type: ignore[return-value]
-
-
 def _names(tools: Sequence[str]) -> str:
     return "[" + ", ".join(tools) + "]"
 
@@ -155,24 +144,18 @@ class CheckStage:
         return Rejection(stage=STAGE, source=chain.id, id=chain.id, reason=reason, detail=detail,
                          **kw)  # fmt: skip
 
-    def _failed(self, chain: ToolChain, exc: TeacherRejected) -> UnitOutcome[ToolChain]:
-        return UnitOutcome(rejections=[self._reject(chain, exc.code, exc.detail,
-                                                    raw=exc.raw_text)])  # fmt: skip
-
     async def process(self, key: str, chain: ToolChain) -> UnitOutcome[ToolChain]:
-        missing = [t for t in chain.tools if t not in self.tools]
-        if missing:
-            why = f"not in the pool: {', '.join(missing)}"
+        if why := not_in_pool(chain.tools, self.tools):
             return UnitOutcome(rejections=[self._reject(chain, "unknown_tool", why)])
         tools = [self.tools[t] for t in chain.tools]
         view, view_json = tool_view(tools)
         asked = [self.teacher.ask(VOTE, ChainVote, tools=view, tools_json=view_json)
                  for _ in range(self.cfg.votes)]  # fmt: skip
-        votes = await _settle(asked)
-        bad = next((v for v in votes if isinstance(v, TeacherRejected)), None)
-        if bad is not None:
-            return self._failed(chain, bad)
-        answers = [v for v in votes if isinstance(v, Answer)]
+        try:  # all asked to the end; an endpoint failure is raised before an unusable reply
+            answers: list[Answer[ChainVote]] = await gather(asked)
+        except TeacherRejected as exc:
+            reject = self._reject(chain, exc.code, exc.detail, raw=exc.raw_text)
+            return UnitOutcome(rejections=[reject])
         yes = [a for a in answers if a.value.sensible]
         ballot = [{"sensible": a.value.sensible, "reason": a.value.reason} for a in answers]
         share = len(yes) / len(answers)

@@ -50,7 +50,6 @@ from training.synth.stage import (
     UnitOutcome,
     check_out,
     input_files,
-    read_records,
     read_stats,
 )
 from training.synth.teacher import TeacherRejected
@@ -64,6 +63,9 @@ from training.synth.tools.graph import (
     ToolEdge,
     Verdict,
     confirm_edges,
+    count_graph,
+    graph_nodes,
+    read_graph_dir,
 )
 from training.synth.tools.graph import STAGE as GRAPH_STAGE
 from training.synth.tools.pool import ToolRecord, read_tools
@@ -172,19 +174,11 @@ def read_graph_dirs(dirs: Sequence[Path]) -> GraphInput:
     got = GraphInput([], {}, [], [], [])
     seen: set[str] = set()
     for d in dirs:
-        stats = read_stats(d, GRAPH_STAGE)
+        stats, edges = read_graph_dir(d, STAGE, got.nodes, got.rejected)
         named = stats.get("pools") or [i.get("path") for i in stats.get("inputs") or []]
         got.pools += [Path(p) for p in named if isinstance(p, str)]
-        for name in (NODES_FILE, EDGES_FILE):
-            got.files.append(d / name)
-        nodes, bad = read_records(d / NODES_FILE, GraphNode, STAGE)
-        got.rejected += bad
-        for _, node in nodes:
-            got.nodes.setdefault(node.id, node)
-        edges, bad = read_records(d / EDGES_FILE, ToolEdge, STAGE)
-        got.rejected += bad
-        for line, edge in edges:
-            where = f"{d / EDGES_FILE}:{line}"
+        got.files += [d / NODES_FILE, d / EDGES_FILE]
+        for where, edge in edges:
             if edge.id in seen:
                 got.rejected.append(
                     Rejection(stage=STAGE, source=where, id=edge.id, reason="duplicate_edge")
@@ -336,7 +330,7 @@ def _count(
     edges = [e for unit in order for e in run.records(unit)]
     kept = [e for e in edges if e.confirmed]
     rejected = [r for unit in order for r in run.units[unit].rejections]
-    stats.confirmed = stats.edges = len(kept)
+    stats.confirmed = len(kept)
     stats.refused = sum(r.reason == "judge_no" for r in rejected)
     stats.unjudged = len(edges) - stats.confirmed - stats.refused
     stats.failed_batches = sum(
@@ -344,18 +338,6 @@ def _count(
             for r in run.units[unit].rejections)
         for unit in order
     )  # fmt: skip
-    out = [n.model_copy(update={"in_degree": 0, "out_degree": 0}) for n in nodes.values()]
-    by_id = {n.id: n for n in out}
-    for e in kept:
-        if e.source in by_id and e.target in by_id:
-            by_id[e.source].out_degree += 1
-            by_id[e.target].in_degree += 1
-    stats.tools = len(out)
-    stats.cross_server = sum(not e.same_server for e in kept)
-    rules: dict[str, int] = {}
-    for e in kept:
-        rule = e.matches[0].rule if e.matches else "none"
-        rules[rule] = rules.get(rule, 0) + 1
-    stats.by_rule = dict(sorted(rules.items()))
-    stats.isolated = [n.id for n in out if not n.in_degree and not n.out_degree]
+    out = graph_nodes(nodes.values(), kept)
+    count_graph(stats, out, kept)
     return out

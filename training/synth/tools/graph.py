@@ -48,12 +48,13 @@ from training.synth.stage import (
     Provenance,
     Rejection,
     Shard,
-    StageRun,
     StageStats,
     SynthError,
     code_version,
-    fingerprint,
     input_files,
+    open_run,
+    read_records,
+    read_stats,
 )
 from training.synth.tools.pool import POOL_FILE, ToolRecord, read_pool
 from training.synth.tools.terms import (
@@ -335,35 +336,24 @@ def build_graph(
     tools, sigs, rejected = _read_tools(pools)
     if not sigs:
         raise SynthError(f"no readable tool in {', '.join(map(str, pools))}")
-    params = options.model_dump()
-    run_id = fingerprint(STAGE, inputs, params)
-    run = StageRun(
-        out,
-        stage=STAGE,
-        output=EDGES_FILE,
-        record_type=ToolEdge,
-        fingerprint=run_id,
-        overwrite=overwrite,
-        resume=resume,
+    run, stats = open_run(
+        out, STAGE, output=EDGES_FILE, record_type=ToolEdge, stats=GraphStats, inputs=inputs,
+        params=options.model_dump(), overwrite=overwrite, resume=resume,
         extra_outputs=(NODES_FILE,),
-    )
+    )  # fmt: skip
     if run.complete:
-        return GraphStats.model_validate(run.stats)
-    stats = GraphStats(
-        fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params
-    )
+        return stats
     weights = token_weights(sigs)
     mine = [s for s in sigs if shard.holds(s.id)]
     for i, a in enumerate(mine, start=1):
-        if run.done(a.id):
-            stats.resumed_units += 1
-        else:
-            run.commit(a.id, _edges_from(a, sigs, weights, options, run_id), [])
+        if not run.done(a.id):
+            run.commit(a.id, _edges_from(a, sigs, weights, options, run.fingerprint), [])
         if progress is not None:
             progress(i, len(mine))
     edges = [e for a in mine for e in run.records(a.id)]
-    nodes = _nodes(tools, edges)
-    _count(stats, nodes, edges)
+    nodes = [GraphNode(id=t.id, server=t.server, name=t.name, domain=t.domain) for t in tools]
+    nodes = graph_nodes(nodes, edges)
+    count_graph(stats, nodes, edges)
     return run.finish(stats, [s.id for s in mine], rejections=rejected, extra={NODES_FILE: nodes})
 
 
@@ -391,22 +381,44 @@ def _edges_from(
     return out
 
 
-def _nodes(tools: Sequence[ToolRecord], edges: Sequence[ToolEdge]) -> list[GraphNode]:
-    nodes = {t.id: GraphNode(id=t.id, server=t.server, name=t.name, domain=t.domain) for t in tools}
+def graph_nodes(nodes: Iterable[GraphNode], edges: Iterable[ToolEdge]) -> list[GraphNode]:
+    """``nodes`` with their degrees over ``edges`` (an edge with an end that is not one of
+    them counts for neither end)."""
+    out = [n.model_copy(update={"in_degree": 0, "out_degree": 0}) for n in nodes]
+    by_id = {n.id: n for n in out}
     for e in edges:
-        nodes[e.source].out_degree += 1
-        nodes[e.target].in_degree += 1
-    return list(nodes.values())
+        if e.source in by_id and e.target in by_id:
+            by_id[e.source].out_degree += 1
+            by_id[e.target].in_degree += 1
+    return out
 
 
-def _count(stats: GraphStats, nodes: Sequence[GraphNode], edges: Sequence[ToolEdge]) -> None:
+def count_graph(stats: GraphStats, nodes: Sequence[GraphNode], edges: Sequence[ToolEdge]) -> None:
+    """A graph's counts: tools, edges, edges across servers, best rules, isolated tools."""
     stats.tools, stats.edges = len(nodes), len(edges)
     stats.cross_server = sum(not e.same_server for e in edges)
+    rules: dict[str, int] = {}
     for e in edges:
-        rule = e.matches[0].rule
-        stats.by_rule[rule] = stats.by_rule.get(rule, 0) + 1
-    stats.by_rule = dict(sorted(stats.by_rule.items()))
+        rule = e.matches[0].rule if e.matches else "none"
+        rules[rule] = rules.get(rule, 0) + 1
+    stats.by_rule = dict(sorted(rules.items()))
     stats.isolated = [n.id for n in nodes if not n.in_degree and not n.out_degree]
+
+
+def read_graph_dir(
+    directory: Path, stage: str, nodes: dict[str, GraphNode], rejected: list[Rejection]
+) -> tuple[dict[str, Any], list[tuple[str, ToolEdge]]]:
+    """A graph directory (``synth graph`` or ``synth confirm`` output, checked complete) read
+    for ``stage``: its nodes into ``nodes`` (the first of an id), its lines that are not
+    records into ``rejected``; its stats and its edges, each with its file:line."""
+    stats = read_stats(directory, STAGE)
+    got, bad = read_records(directory / NODES_FILE, GraphNode, stage)
+    rejected += bad
+    for _, node in got:
+        nodes.setdefault(node.id, node)
+    edges, bad = read_records(directory / EDGES_FILE, ToolEdge, stage)
+    rejected += bad
+    return stats, [(f"{directory / EDGES_FILE}:{n}", e) for n, e in edges]
 
 
 # ------------------------------------------------------------------ the teacher's confirmation

@@ -65,7 +65,7 @@ from training.synth.tools.environments import (
     Route,
     TaskTools,
 )
-from training.synth.tools.pool import PoolInputs, ToolRecord, read_tools
+from training.synth.tools.pool import PoolInputs, ToolRecord, not_in_pool, read_tools
 from training.synth.tools.tasks import TASKS_FILE, TaskRecord
 
 __all__ = ["InteractConfig", "InteractStats", "synth_interact"]
@@ -260,9 +260,7 @@ class InteractStage:
         )
 
     async def process(self, key: str, task: TaskRecord) -> UnitOutcome[Trajectory]:
-        unknown = [t for t in task.tools if t not in self.pool]
-        if unknown:
-            why = f"not in the pool: {', '.join(unknown)}"
+        if why := not_in_pool(task.tools, self.pool):
             return UnitOutcome(rejections=[self._reject(task, "unknown_tool", why)])
         routes, missing = self.routes(task)
         if missing:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -36,6 +36,7 @@ from training.synth.runner import (
     TeacherStage,
     TeacherStageConfig,
     TeacherStageStats,
+    fill_thresholds,
     parse_thresholds,
     run_teacher_stage,
     score_rows,
@@ -50,6 +51,7 @@ from training.synth.stage import (
     input_files,
     read_stage_output,
 )
+from training.synth.text import cut_text
 
 STAGE = "judge"
 JUDGE = "trajectory_judge"  # the prompt template
@@ -64,15 +66,7 @@ Dimension = Literal[
     "result_use",
     "query_understanding",
 ]
-DIMENSIONS: tuple[Dimension, ...] = (
-    "call_conciseness",
-    "answer_relevance",
-    "answer_faithfulness",
-    "call_success",
-    "plan_quality",
-    "result_use",
-    "query_understanding",
-)
+DIMENSIONS: tuple[Dimension, ...] = get_args(Dimension)
 
 
 class TrajectoryScores(BaseModel):
@@ -113,9 +107,7 @@ class JudgeConfig(TeacherStageConfig):
 
     @model_validator(mode="after")
     def _thresholds(self) -> JudgeConfig:
-        self.min_each = {d: self.min_each.get(d, 2) for d in DIMENSIONS}
-        if not all(1 <= v <= 5 for v in self.min_each.values()):
-            raise ValueError("min_each must be within 1..5")
+        self.min_each = fill_thresholds(self.min_each, DIMENSIONS, 2, "min_each")
         return self
 
 
@@ -144,8 +136,7 @@ class JudgeStats(TeacherStageStats):
 
 
 def _cut(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit] + f" …[{len(text) - limit} chars cut]"
+    return cut_text(" ".join(text.split()), limit)
 
 
 def transcript(traj: Trajectory, result_chars: int, reasoning_chars: int) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -40,7 +40,6 @@ from astra_agent.config import read_text
 from astra_agent.errors import ConfigError, ServerError
 from astra_agent.mcp_config import MCPConfig, load_mcp_config
 from astra_agent.mcp_env import MCPEnvironment
-from astra_agent.runio import jsonl_lines
 from training.synth.stage import (
     Progress,
     Provenance,
@@ -50,8 +49,9 @@ from training.synth.stage import (
     StageStats,
     SynthError,
     code_version,
-    fingerprint,
     input_files,
+    json_lines,
+    open_run,
     read_records,
     read_stage_output,
     read_stats,
@@ -166,18 +166,8 @@ def read_servers(path: Path) -> tuple[list[ServerEntry], list[Rejection]]:
     text = read_text(path, "servers file")
     servers: dict[str, ServerEntry] = {}
     rejected: list[Rejection] = []
-    for n, line in enumerate(jsonl_lines(text), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            data = json.loads(line)
-        except ValueError as exc:
-            rejected.append(
-                Rejection(stage=STAGE, source=where, reason="not_json", detail=str(exc))
-            )
-            continue
-        got = server_entry(data, where)
+    for n, data in json_lines(text, path, STAGE, rejected):
+        got = server_entry(data, f"{path}:{n}")
         if isinstance(got, Rejection):
             rejected.append(got)
         elif got.name in servers:
@@ -361,22 +351,14 @@ def build_pool(
     assert source is not None
     shard = Shard.parse(options.shard)
     config = load_mcp_config(source) if mcp_config is not None else None
-    inputs = input_files([source])
     params = {"source": "mcp" if config else "servers", **options.model_dump()}
-    run_id = fingerprint(STAGE, inputs, params)
-    run = StageRun(
-        out,
-        stage=STAGE,
-        output=POOL_FILE,
-        record_type=ToolRecord,
-        fingerprint=run_id,
-        overwrite=overwrite,
-        resume=resume,
+    run, stats = open_run(
+        out, STAGE, output=POOL_FILE, record_type=ToolRecord, stats=PoolStats,
+        inputs=input_files([source]), params=params, overwrite=overwrite, resume=resume,
         fsync=True,
-    )
+    )  # fmt: skip
     if run.complete:
-        return PoolStats.model_validate(run.stats)
-    stats = PoolStats(fingerprint=run_id, code_version=code_version(), inputs=inputs, params=params)
+        return stats
     if config is not None:
         order, rejected = _from_mcp(
             run, config, str(source), options.domain, shard, stats, progress
@@ -407,9 +389,7 @@ def _from_servers(
     mine = [e for e in entries if shard.holds(e.name)]
     stats.servers = len(mine)
     for i, entry in enumerate(mine, start=1):
-        if run.done(entry.name):
-            stats.resumed_units += 1
-        else:
+        if not run.done(entry.name):
             records, why = _server_records(entry, run.fingerprint)
             run.commit(entry.name, records, why)
         if progress is not None:
@@ -429,7 +409,6 @@ def _from_mcp(
     names = [n for n in config.enabled() if shard.holds(n)]
     stats.servers = len(names)
     todo = [n for n in names if not run.done(n)]
-    stats.resumed_units = len(names) - len(todo)
     if progress is not None:
         progress(stats.resumed_units, len(names))
     rejected: list[Rejection] = []
@@ -475,6 +454,12 @@ def read_tools(paths: Sequence[Path], stage: str) -> tuple[dict[str, ToolRecord]
     an id; lines that are not tools are skipped); and the files read."""
     got = read_stage_output(paths, ToolRecord, stage=stage, producer=STAGE, file=POOL_FILE)
     return {t.id: t for _, t in got.records}, got.files
+
+
+def not_in_pool(ids: Sequence[str], tools: Mapping[str, ToolRecord]) -> str | None:
+    """Why a chain of ``ids`` cannot be used with ``tools``: those missing (None: none is)."""
+    missing = [t for t in ids if t not in tools]
+    return f"not in the pool: {', '.join(missing)}" if missing else None
 
 
 def tool_view(tools: Sequence[ToolRecord]) -> tuple[list[dict[str, Any]], str]:

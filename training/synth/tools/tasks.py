@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -55,6 +55,7 @@ from training.synth.runner import (
     TeacherStage,
     TeacherStageConfig,
     TeacherStageStats,
+    fill_thresholds,
     gather,
     parse_thresholds,
     run_teacher_stage,
@@ -73,21 +74,16 @@ from training.synth.stage import (
 from training.synth.teacher import TeacherRejected
 from training.synth.text import NearDuplicates, quote, signature, similarity
 from training.synth.tools.chains import PersonaQuestion, Question, ToolChain, read_chains
-from training.synth.tools.pool import PoolInputs, ToolRecord, read_tools, tool_view
+from training.synth.tools.pool import PoolInputs, ToolRecord, not_in_pool, read_tools, tool_view
 
 STAGE = "tasks"
 TASKS_FILE = "tasks.jsonl"
 GENERATE, JUDGE = "tasks", "tasks_judge"  # the prompt templates
 PROMPTS = (GENERATE, JUDGE)
 TaskMode = Literal["diverse", "constrained", "persona"]
-MODES: tuple[TaskMode, ...] = ("diverse", "constrained", "persona")
+MODES: tuple[TaskMode, ...] = get_args(TaskMode)
 ScoreName = Literal["tool_selection_difficulty", "uniqueness", "question_quality", "realism"]
-SCORES: tuple[ScoreName, ...] = (
-    "tool_selection_difficulty",
-    "uniqueness",
-    "question_quality",
-    "realism",
-)
+SCORES: tuple[ScoreName, ...] = get_args(ScoreName)
 
 
 # ------------------------------------------------------------------ what the teacher returns
@@ -163,9 +159,7 @@ class TasksConfig(TeacherStageConfig):
 
     @model_validator(mode="after")
     def _thresholds(self) -> TasksConfig:
-        self.min_scores = {name: self.min_scores.get(name, 3) for name in SCORES}
-        if not all(1 <= v <= 5 for v in self.min_scores.values()):
-            raise ValueError("min_scores must be within 1..5")
+        self.min_scores = fill_thresholds(self.min_scores, SCORES, 3, "min_scores")
         return self
 
 
@@ -298,9 +292,7 @@ class TasksStage:
         return Rejection(stage=STAGE, source=chain.id, id=rid, reason=reason, detail=detail, **kw)
 
     async def process(self, key: str, chain: ToolChain) -> UnitOutcome[TaskRecord]:
-        missing = [t for t in chain.tools if t not in self.tools]
-        if missing:
-            why = f"not in the pool: {', '.join(missing)}"
+        if why := not_in_pool(chain.tools, self.tools):
             return UnitOutcome(rejections=[self._reject(chain, key, "unknown_tool", why)])
         tools = [self.tools[t] for t in chain.tools]
         view = tool_view(tools)
