@@ -38,7 +38,9 @@ from training.sft.config import SFTConfig
 from training.verl_job import (
     check_device,
     check_resume,
+    check_scheduler,
     compose,
+    data_parallel_ranks,
     fingerprint_text,
     hlist,
     hq,
@@ -105,13 +107,7 @@ def _schedule(cfg: SFTConfig) -> list[str]:
 
 def _check_parallelism(cfg: SFTConfig) -> None:
     v = cfg.verl
-    world = v.nnodes * v.gpus_per_node
-    if world % v.ulysses_sequence_parallel_size:
-        raise ConfigError(
-            f"verl.ulysses_sequence_parallel_size={v.ulysses_sequence_parallel_size} does not "
-            f"divide the {world} GPUs (nnodes × gpus_per_node)"
-        )
-    dp = world // v.ulysses_sequence_parallel_size
+    dp = data_parallel_ranks(v.nnodes, v.gpus_per_node, v.ulysses_sequence_parallel_size)
     if cfg.global_batch_size % dp:
         raise ConfigError(
             f"global_batch_size={cfg.global_batch_size} is not a multiple of the {dp} "
@@ -129,11 +125,7 @@ def _check_parallelism(cfg: SFTConfig) -> None:
             hint="verl's Ray trainers count GPUs for their resource pool; set verl.launcher: "
             "torchrun",
         )
-    if cfg.lr_scheduler not in SCHEDULERS:
-        raise ConfigError(
-            f"lr_scheduler {cfg.lr_scheduler!r} is not implemented by verl's FSDP engine",
-            hint=f"use one of: {', '.join(SCHEDULERS)}",
-        )
+    check_scheduler(cfg.lr_scheduler, SCHEDULERS)
 
 
 def _loggers(cfg: SFTConfig) -> str:
