@@ -180,6 +180,26 @@ def check_scheduler(name: str, schedulers: Sequence[str]) -> None:
         )
 
 
+def ray_job_command(
+    address: str, env: dict[str, str], module: str, overrides: Sequence[str]
+) -> list[str]:
+    """``ray job submit`` to the cluster at ``address``: ``python3 -m MODULE OVERRIDES``,
+    with ``env`` set on its workers."""
+    runtime_env = json.dumps({"env_vars": env}, sort_keys=True)
+    return [
+        "ray",
+        "job",
+        "submit",
+        f"--address={address}",
+        f"--runtime-env-json={runtime_env}",
+        "--",
+        "python3",
+        "-m",
+        module,
+        *overrides,
+    ]
+
+
 def render_launch_script(command: Sequence[str], env: dict[str, str], who: str) -> str:
     lines = [
         "#!/usr/bin/env bash",

@@ -56,6 +56,7 @@ from training.verl_job import (
     fingerprint_text,
     hlist,
     hq,
+    ray_job_command,
     render_launch_script,
     run_job,
     write_job_dir,
@@ -447,19 +448,7 @@ def launch_command(cfg: RLConfig, overrides: Sequence[str], env: dict[str, str])
     if cfg.verl.nnodes == 1:  # under our supervisor: nothing verl starts outlives the run
         launch = [sys.executable, "-m", "training.verl_launch"]
         return [*launch, sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
-    runtime_env = json.dumps({"env_vars": env}, sort_keys=True)
-    return [
-        "ray",
-        "job",
-        "submit",
-        f"--address={cfg.verl.ray_address}",
-        f"--runtime-env-json={runtime_env}",
-        "--",
-        "python3",
-        "-m",
-        "verl.trainer.main_ppo",
-        *overrides,
-    ]
+    return ray_job_command(cfg.verl.ray_address, env, "verl.trainer.main_ppo", overrides)
 
 
 def _check_can_run(cfg: RLConfig) -> None:

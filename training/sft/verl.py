@@ -22,7 +22,6 @@ GPUs, fails up front.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil
@@ -44,6 +43,7 @@ from training.verl_job import (
     fingerprint_text,
     hlist,
     hq,
+    ray_job_command,
     render_launch_script,
     run_job,
     write_job_dir,
@@ -235,19 +235,7 @@ def launch_command(cfg: SFTConfig, overrides: Sequence[str], env: dict[str, str]
             "verl.trainer.sft_trainer",
             *overrides,
         ]
-    runtime_env = json.dumps({"env_vars": env}, sort_keys=True)
-    return [
-        "ray",
-        "job",
-        "submit",
-        f"--address={v.ray_address}",
-        f"--runtime-env-json={runtime_env}",
-        "--",
-        "python3",
-        "-m",
-        "verl.trainer.sft_trainer_ray",
-        *overrides,
-    ]
+    return ray_job_command(v.ray_address, env, "verl.trainer.sft_trainer_ray", overrides)
 
 
 def launch_env(cfg: SFTConfig, workdir: Path) -> dict[str, str]:
