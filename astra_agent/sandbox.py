@@ -221,13 +221,16 @@ class _UidLease:
         self._file.close()
 
 
-def _scrub(obj: Any) -> Any:
+def scrub_surrogates(obj: Any) -> Any:
+    """``obj`` (decoded JSON) with every lone surrogate in its strings and keys replaced by
+    U+FFFD: JSON may escape them (``"\\ud800"``), but they are not Unicode text (no UTF-8
+    writer, tokenizer or Arrow column takes them)."""
     if isinstance(obj, str):
         return _SURROGATE.sub("\ufffd", obj)
     if isinstance(obj, list):
-        return [_scrub(x) for x in obj]
+        return [scrub_surrogates(x) for x in obj]
     if isinstance(obj, dict):
-        return {_scrub(k): _scrub(v) for k, v in obj.items()}
+        return {scrub_surrogates(k): scrub_surrogates(v) for k, v in obj.items()}
     return obj
 
 
@@ -236,7 +239,7 @@ def _decode_reply(line: bytes, seq: int) -> dict[str, Any] | None:
     try:
         obj = json.loads(line)
         if _SURROGATE_ESCAPE.search(line):
-            obj = _scrub(obj)
+            obj = scrub_surrogates(obj)
     except (ValueError, RecursionError):
         return None
     if not isinstance(obj, dict) or type(obj.get("seq")) is not int or obj["seq"] != seq:

@@ -20,6 +20,7 @@ import statistics
 import sys
 import time
 
+from _common import run_limited
 from mcp import Client, StdioServerParameters, stdio_client
 
 from astra_agent.environment import ToolSpec
@@ -89,14 +90,8 @@ async def episodes(n: int, concurrency: int, delay: float) -> None:
             for _ in range(n // 8):
                 await one()
             serial = (n // 8) / (time.perf_counter() - t)
-            sem = asyncio.Semaphore(concurrency)
-
-            async def limited() -> None:
-                async with sem:
-                    await one()
-
             t = time.perf_counter()
-            await asyncio.gather(*(limited() for _ in range(n)))
+            await run_limited(one, n, concurrency)
             conc = n / (time.perf_counter() - t)
         finally:
             await model.close()

@@ -27,10 +27,10 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+from _common import cpu_per_reply
 
 from astra_agent.model import ChatModel, ModelConfig, prepare_messages
 from astra_agent.testing.scripted_server import in_subprocess
@@ -59,19 +59,6 @@ def tools(n: int = 20) -> list[dict[str, Any]]:
 
 TOOLS = tools()
 MESSAGES = [{"role": "user", "content": ("Find the cheapest route and book it. " * 40)[:1200]}]
-
-
-async def cpu_per_reply(call: Callable[[], Awaitable[Any]], calls: int, concurrency: int) -> float:
-    """CPU ms of this process per reply, ``calls`` replies ``concurrency`` at a time."""
-    sem = asyncio.Semaphore(concurrency)
-
-    async def limited() -> None:
-        async with sem:
-            await call()
-
-    cpu0 = time.process_time()
-    await asyncio.gather(*(limited() for _ in range(calls)))
-    return 1e3 * (time.process_time() - cpu0) / calls
 
 
 async def measure(url: str, calls: int, rounds: int, concurrency: int) -> dict[str, float]:

@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _common import cpu_per_reply
+
 from astra_agent.testing.scripted_server import in_subprocess
 from training.synth.stage import StageStats
 from training.synth.tools.chains import ToolChain
@@ -272,17 +274,9 @@ async def client_cost(url: str, calls: int, concurrency: int) -> tuple[float, fl
 
     from astra_agent.model import ChatModel, ModelConfig
 
-    sem = asyncio.Semaphore(concurrency)
-
     async def measured(one: Callable[[], Awaitable[Any]]) -> float:
-        async def limited() -> None:
-            async with sem:
-                await one()
-
-        await limited()  # the connection, imports
-        cpu0 = time.process_time()
-        await asyncio.gather(*(limited() for _ in range(calls)))
-        return 1e3 * (time.process_time() - cpu0) / calls
+        await one()  # the connection, imports
+        return await cpu_per_reply(one, calls, concurrency)
 
     model = ChatModel(ModelConfig(base_url=url, model=MODEL))
     try:

@@ -20,6 +20,9 @@ from astra_agent.options import (
     common_callback,
     config_flags,
 )
+from eval.arenas.runner import ArenaEvalConfig
+from eval.bfcl.runner import BFCLConfig
+from eval.general.runner import GeneralEvalConfig
 from eval.runner import ProgressEvent
 
 app = typer.Typer(
@@ -46,24 +49,6 @@ ENV_PREFIX = "ASTRA_EVAL_"
 
 
 RUN_FLAGS = ("out", "concurrency", "resume", "retry_errors", "max_connection_failures")
-
-
-def _arenas_config() -> Any:
-    from eval.arenas.runner import ArenaEvalConfig
-
-    return ArenaEvalConfig
-
-
-def _bfcl_config() -> Any:
-    from eval.bfcl.runner import BFCLConfig
-
-    return BFCLConfig
-
-
-def _general_config() -> Any:
-    from eval.general.runner import GeneralEvalConfig
-
-    return GeneralEvalConfig
 
 
 @contextmanager
@@ -98,7 +83,7 @@ def _arena_score(records: list[Any]) -> str:
 @arenas_app.callback(invoke_without_command=True)
 @cli_errors
 @config_flags(
-    _arenas_config(),
+    ArenaEvalConfig,
     ("data", *RUN_FLAGS, "limit", "limits.max_steps", "unsafe_no_sandbox"),
     helps={"limits.max_steps": "model calls per task"},
     endpoint=True,
@@ -115,7 +100,7 @@ def arenas(ctx: typer.Context, *, overrides: dict[str, Any]) -> None:
         raise typer.BadParameter("--data FILE is required (or use `arenas validate FILE`)")
     from eval.arenas.runner import evaluate_arenas
 
-    cfg = load_config(_arenas_config(), None, overrides, env_prefix=ENV_PREFIX)
+    cfg = load_config(ArenaEvalConfig, None, overrides, env_prefix=ENV_PREFIX)
     with _progress("arenas", _arena_score) as hook:
         summary = asyncio.run(evaluate_arenas(cfg, hook))
     _print_arenas(summary)
@@ -197,7 +182,7 @@ def _names(flag: str, text: str, example: str) -> list[str]:
 
 @bfcl_app.callback(invoke_without_command=True)
 @cli_errors
-@config_flags(_bfcl_config(), ("limit", *RUN_FLAGS), endpoint=True)
+@config_flags(BFCLConfig, ("limit", *RUN_FLAGS), endpoint=True)
 def bfcl(
     ctx: typer.Context,
     categories: Annotated[
@@ -220,7 +205,7 @@ def bfcl(
         overrides["categories"] = _names("--categories", categories, "base,miss_func")
     if ids is not None:
         overrides["ids"] = _names("--ids", ids, "multi_turn_base_0")
-    cfg = load_config(_bfcl_config(), None, overrides, env_prefix=ENV_PREFIX)
+    cfg = load_config(BFCLConfig, None, overrides, env_prefix=ENV_PREFIX)
     with _progress("bfcl", _bfcl_score) as hook:
         summary = asyncio.run(evaluate_bfcl(cfg, hook))
     _print_bfcl(summary)
@@ -391,7 +376,7 @@ def compare_cmd(
 @app.command("general")
 @cli_errors
 @config_flags(
-    _general_config(),
+    GeneralEvalConfig,
     ("include_path", "limit", "concurrency", "model.max_tokens", "out", "overwrite",
      "retry_errors"),
     helps={"model.max_tokens": "tokens per reply, thinking included (default: each task's own)"},
@@ -423,7 +408,7 @@ def general(
         quiet_lm_eval()
     if tasks is not None:
         overrides["tasks"] = _names("--tasks", tasks, "astra_arith,gsm8k")
-    cfg = load_config(_general_config(), None, overrides, env_prefix=ENV_PREFIX)
+    cfg = load_config(GeneralEvalConfig, None, overrides, env_prefix=ENV_PREFIX)
     err_console.print(f"general: {', '.join(cfg.tasks)} against {cfg.model.base_url}")
     summary = evaluate_general(cfg)
     table = Table(title=f"general: {summary['samples']} samples, model {summary['model']}")

@@ -11,8 +11,9 @@ fields) and :mod:`serving.demo` (all of it end to end). It imports ``astra_agent
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from astra_agent.lazy import lazy_exports
 
 # Loaded on first use: `serving.convert` and `serving.tiny` import torch (about 3 s), which
 # `astra-serve up`, `check` and `--help` never need.
@@ -36,10 +37,7 @@ if TYPE_CHECKING:
     from serving.tiny import Script, TinySpec, build_tiny_checkpoint
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -39,6 +39,7 @@ from astra_agent.options import (
     config_flags,
     model_overrides,
 )
+from serving.server import ServeConfig
 
 if TYPE_CHECKING:
     from serving.server import VLLMServer
@@ -202,16 +203,10 @@ def _serve_config(model: Path | None, profile: str | None, config: Path | None, 
     return load_serve_config(profile, config, model=model, **flags)
 
 
-def _serve_config_model() -> Any:
-    from serving.server import ServeConfig
-
-    return ServeConfig
-
-
 @app.command()
 @cli_errors
 @config_flags(
-    _serve_config_model(),
+    ServeConfig,
     ("host", "port", "served_model_name", "max_model_len", "dtype", "startup_timeout_s"),
     flags={"startup_timeout_s": "startup_timeout"},
 )

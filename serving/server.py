@@ -20,14 +20,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from astra_agent.config import load_config
 from astra_agent.errors import ConfigError, ServerError
-from serving.checkpoint import HFCheckpoint, open_hf_checkpoint
+
+if TYPE_CHECKING:
+    from serving.checkpoint import HFCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +305,9 @@ class VLLMServer:
     def preflight(self) -> list[str]:
         cfg = self.cfg
         assert cfg.model is not None
+        # Imported here: reading a checkpoint needs torch (seconds), the CLI's --help does not.
+        from serving.checkpoint import open_hf_checkpoint
+
         ckpt = open_hf_checkpoint(Path(cfg.model))  # a clear error if it is not a checkpoint
         if not is_loopback(cfg.host) and not cfg.api_key:
             raise ConfigError(

@@ -16,6 +16,8 @@ from astra_agent.config import load_config
 from astra_agent.console import cli_errors, console, err_console
 from astra_agent.options import common_callback, config_flags
 from training.data_cli import data_app
+from training.rl.config import RLConfig
+from training.sft.config import SFTConfig
 from training.synth.cli import synth_app
 
 app = typer.Typer(
@@ -164,22 +166,10 @@ RL_FLAGS = (
 )  # fmt: skip
 
 
-def _sft_config() -> Any:
-    from training.sft.config import SFTConfig
-
-    return SFTConfig
-
-
-def _rl_config() -> Any:
-    from training.rl.config import RLConfig
-
-    return RLConfig
-
-
 @app.command()
 @cli_errors
 @config_flags(
-    _sft_config(),
+    SFTConfig,
     SFT_FLAGS,
     flags={"train_files": "train_file"},
     helps={"max_steps": "optimizer steps (overrides epochs)"},
@@ -191,7 +181,7 @@ def sft(config: ConfigOpt, overrides: dict[str, Any]) -> None:
     Example: astra-train sft --config training/recipes/sft-tiny-cpu.yaml --output-dir runs/sft
     --max-steps 200 --set trl.threads=2
     """
-    cfg = load_config(_sft_config(), config, overrides, env_prefix=ENV_PREFIX)
+    cfg = load_config(SFTConfig, config, overrides, env_prefix=ENV_PREFIX)
     if cfg.backend == "verl":
         from training.sft.verl import run_verl
 
@@ -221,7 +211,7 @@ def _rl_progress(step: int, total: int, rec: dict[str, Any]) -> None:
 @app.command()
 @cli_errors
 @config_flags(
-    _rl_config(),
+    RLConfig,
     RL_FLAGS,
     flags={"train_files": "train_file", "heldout_files": "heldout_file"},
 )
@@ -233,7 +223,7 @@ def rl(config: ConfigOpt, overrides: dict[str, Any]) -> None:
     Example: astra-train rl --config training/recipes/rl-tiny-cpu.yaml --model runs/sft-tiny/final
     --output-dir runs/rl --steps 20 --set verl.device=cpu
     """
-    cfg = load_config(_rl_config(), config, overrides, env_prefix=ENV_PREFIX)
+    cfg = load_config(RLConfig, config, overrides, env_prefix=ENV_PREFIX)
     if cfg.backend == "verl":
         from training.rl.verl import run_verl
 

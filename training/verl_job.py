@@ -159,6 +159,47 @@ def check_device(device: str, gpus_wanted: int, trainer: str) -> None:
         )
 
 
+def data_parallel_ranks(nnodes: int, gpus_per_node: int, ulysses: int) -> int:
+    """The data-parallel ranks of a job (its GPUs over the ulysses size, which must divide
+    them)."""
+    world = nnodes * gpus_per_node
+    if world % ulysses:
+        raise ConfigError(
+            f"verl.ulysses_sequence_parallel_size={ulysses} does not "
+            f"divide the {world} GPUs (nnodes × gpus_per_node)"
+        )
+    return world // ulysses
+
+
+def check_scheduler(name: str, schedulers: Sequence[str]) -> None:
+    """``lr_scheduler`` must be one that verl's FSDP engine implements."""
+    if name not in schedulers:
+        raise ConfigError(
+            f"lr_scheduler {name!r} is not implemented by verl's FSDP engine",
+            hint=f"use one of: {', '.join(schedulers)}",
+        )
+
+
+def ray_job_command(
+    address: str, env: dict[str, str], module: str, overrides: Sequence[str]
+) -> list[str]:
+    """``ray job submit`` to the cluster at ``address``: ``python3 -m MODULE OVERRIDES``,
+    with ``env`` set on its workers."""
+    runtime_env = json.dumps({"env_vars": env}, sort_keys=True)
+    return [
+        "ray",
+        "job",
+        "submit",
+        f"--address={address}",
+        f"--runtime-env-json={runtime_env}",
+        "--",
+        "python3",
+        "-m",
+        module,
+        *overrides,
+    ]
+
+
 def render_launch_script(command: Sequence[str], env: dict[str, str], who: str) -> str:
     lines = [
         "#!/usr/bin/env bash",

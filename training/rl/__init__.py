@@ -9,8 +9,9 @@ cluster (:mod:`training.rl.verl`).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from astra_agent.lazy import lazy_exports
 
 # Loaded on first use: the CLI reads RLConfig without paying for torch and transformers.
 _EXPORTS = {
@@ -45,10 +46,7 @@ if TYPE_CHECKING:
     from training.rl.rollout import Episode, RolloutSettings, rollout_episode, rollout_group
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

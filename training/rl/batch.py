@@ -13,7 +13,6 @@ import asyncio
 import json
 import logging
 import math
-import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from typing import Any
 
 from astra_agent.arena import ArenaTask, LoadReport, load_arena_file, parse_record
 from astra_agent.errors import AstraError, ConfigError
+from astra_agent.sandbox import scrub_surrogates
 from training.rl.config import RLConfig
 from training.rl.core import AdaptiveBatchFiller, Group, group_advantages
 from training.rl.generate import TokenGenerator
@@ -38,26 +38,17 @@ from training.rl.rollout import (
 log = logging.getLogger(__name__)
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _scrubbed(value: Any) -> Any:
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_scrubbed(v) for v in value]
-    if isinstance(value, dict):
-        return {_scrubbed(k): _scrubbed(v) for k, v in value.items()}
-    return value
-
-
 def _scrub(task: ArenaTask) -> bool:
-    """Lone surrogates (JSON may escape them, ``"\\ud800"``; they are not Unicode text: no
-    tokenizer, UTF-8 writer or Arrow column takes them) in what the model reads or is scored
-    on become U+FFFD, as the sandbox does with tool output. True if the task held any."""
-    prompt, sub_qa = _scrubbed(task.prompt), _scrubbed(task.sub_qa)
+    """Lone surrogates in what the model reads or is scored on become U+FFFD
+    (:func:`~astra_agent.sandbox.scrub_surrogates`, as the sandbox does with tool output). True
+    if the task held any."""
+    prompt, sub_qa = scrub_surrogates(task.prompt), scrub_surrogates(task.sub_qa)
     tools = [
-        replace(t, description=_scrubbed(t.description), parameters=_scrubbed(t.parameters))
+        replace(
+            t,
+            description=scrub_surrogates(t.description),
+            parameters=scrub_surrogates(t.parameters),
+        )
         for t in task.tools
     ]
     if (prompt, tools, sub_qa) == (task.prompt, task.tools, task.sub_qa):

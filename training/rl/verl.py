@@ -50,10 +50,13 @@ from training.verl_job import (
     check_device,
     check_installed,
     check_resume,
+    check_scheduler,
     compose,
+    data_parallel_ranks,
     fingerprint_text,
     hlist,
     hq,
+    ray_job_command,
     render_launch_script,
     run_job,
     write_job_dir,
@@ -165,13 +168,8 @@ def _data_files(rows: _Rows, data_dir: Path) -> VerlRLData:
 def _check_settings(cfg: RLConfig) -> None:
     """What verl cannot honour, refused up front with the reason."""
     v = cfg.verl
-    world = v.nnodes * v.gpus_per_node
-    if world % v.ulysses_sequence_parallel_size:
-        raise ConfigError(
-            f"verl.ulysses_sequence_parallel_size={v.ulysses_sequence_parallel_size} does not "
-            f"divide the {world} GPUs (nnodes × gpus_per_node)"
-        )
-    dp, sequences = world // v.ulysses_sequence_parallel_size, cfg.batch_groups * cfg.group_size
+    dp = data_parallel_ranks(v.nnodes, v.gpus_per_node, v.ulysses_sequence_parallel_size)
+    sequences = cfg.batch_groups * cfg.group_size
     if sequences % dp:
         raise ConfigError(
             f"batch_groups × group_size = {sequences} sequences do not split over the {dp} "
@@ -184,11 +182,7 @@ def _check_settings(cfg: RLConfig) -> None:
             f"verl.tensor_model_parallel_size={v.tensor_model_parallel_size} does not divide "
             f"gpus_per_node={v.gpus_per_node} (a rollout replica lives on one node)"
         )
-    if cfg.lr_scheduler not in SCHEDULERS:
-        raise ConfigError(
-            f"lr_scheduler {cfg.lr_scheduler!r} is not implemented by verl's FSDP engine",
-            hint=f"use one of: {', '.join(SCHEDULERS)}",
-        )
+    check_scheduler(cfg.lr_scheduler, SCHEDULERS)
     if not math.isclose(cfg.advantage_eps, VERL_GRPO_EPS):
         raise ConfigError(
             f"advantage_eps={cfg.advantage_eps:g}: verl's GRPO estimator fixes ε at 1e-6",
@@ -454,19 +448,7 @@ def launch_command(cfg: RLConfig, overrides: Sequence[str], env: dict[str, str])
     if cfg.verl.nnodes == 1:  # under our supervisor: nothing verl starts outlives the run
         launch = [sys.executable, "-m", "training.verl_launch"]
         return [*launch, sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
-    runtime_env = json.dumps({"env_vars": env}, sort_keys=True)
-    return [
-        "ray",
-        "job",
-        "submit",
-        f"--address={cfg.verl.ray_address}",
-        f"--runtime-env-json={runtime_env}",
-        "--",
-        "python3",
-        "-m",
-        "verl.trainer.main_ppo",
-        *overrides,
-    ]
+    return ray_job_command(cfg.verl.ray_address, env, "verl.trainer.main_ppo", overrides)
 
 
 def _check_can_run(cfg: RLConfig) -> None:

@@ -22,7 +22,6 @@ GPUs, fails up front.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil
@@ -38,10 +37,13 @@ from training.sft.config import SFTConfig
 from training.verl_job import (
     check_device,
     check_resume,
+    check_scheduler,
     compose,
+    data_parallel_ranks,
     fingerprint_text,
     hlist,
     hq,
+    ray_job_command,
     render_launch_script,
     run_job,
     write_job_dir,
@@ -105,13 +107,7 @@ def _schedule(cfg: SFTConfig) -> list[str]:
 
 def _check_parallelism(cfg: SFTConfig) -> None:
     v = cfg.verl
-    world = v.nnodes * v.gpus_per_node
-    if world % v.ulysses_sequence_parallel_size:
-        raise ConfigError(
-            f"verl.ulysses_sequence_parallel_size={v.ulysses_sequence_parallel_size} does not "
-            f"divide the {world} GPUs (nnodes × gpus_per_node)"
-        )
-    dp = world // v.ulysses_sequence_parallel_size
+    dp = data_parallel_ranks(v.nnodes, v.gpus_per_node, v.ulysses_sequence_parallel_size)
     if cfg.global_batch_size % dp:
         raise ConfigError(
             f"global_batch_size={cfg.global_batch_size} is not a multiple of the {dp} "
@@ -129,11 +125,7 @@ def _check_parallelism(cfg: SFTConfig) -> None:
             hint="verl's Ray trainers count GPUs for their resource pool; set verl.launcher: "
             "torchrun",
         )
-    if cfg.lr_scheduler not in SCHEDULERS:
-        raise ConfigError(
-            f"lr_scheduler {cfg.lr_scheduler!r} is not implemented by verl's FSDP engine",
-            hint=f"use one of: {', '.join(SCHEDULERS)}",
-        )
+    check_scheduler(cfg.lr_scheduler, SCHEDULERS)
 
 
 def _loggers(cfg: SFTConfig) -> str:
@@ -243,19 +235,7 @@ def launch_command(cfg: SFTConfig, overrides: Sequence[str], env: dict[str, str]
             "verl.trainer.sft_trainer",
             *overrides,
         ]
-    runtime_env = json.dumps({"env_vars": env}, sort_keys=True)
-    return [
-        "ray",
-        "job",
-        "submit",
-        f"--address={v.ray_address}",
-        f"--runtime-env-json={runtime_env}",
-        "--",
-        "python3",
-        "-m",
-        "verl.trainer.sft_trainer_ray",
-        *overrides,
-    ]
+    return ray_job_command(v.ray_address, env, "verl.trainer.sft_trainer_ray", overrides)
 
 
 def launch_env(cfg: SFTConfig, workdir: Path) -> dict[str, str]:
