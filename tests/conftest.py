@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,8 @@ import pytest
 from serving.convert import convert_checkpoint
 from serving.server import ServeConfig, VLLMServer, load_serve_config
 from serving.tiny import TinySpec, build_tiny_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
 
 # The CLIs' rich consoles wrap at the terminal's width, 80 columns where there is none (read
 # at each print): the tests read messages as one line, and paths under pytest-xdist's temp dirs
@@ -44,6 +47,26 @@ def descendants_alive(root_pid: int) -> list[int]:
         if p == root_pid and pid != root_pid and states[pid] not in ("Z", "X"):
             out.append(pid)
     return out
+
+
+def run_module(
+    module: str,
+    *args: str,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    cwd: Path = REPO,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` as a process, as a user runs it (from the repository root
+    unless ``cwd`` says otherwise), its output captured as text; ``env`` is laid over this
+    process's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def kill_after_records(proc: subprocess.Popen[bytes], path: Path, n: int, timeout_s: float) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from astra_agent.errors import ConfigError
 from astra_agent.testing.scripted_server import ScriptedServer
 from eval.arenas import DATA_DIR, ArenaEvalConfig, evaluate_arenas, replay_script
 from serving.server import VLLMServer
-from tests.conftest import kill_after_records
+from tests.conftest import kill_after_records, run_module
 
 pytestmark = pytest.mark.integration
 HELDOUT = DATA_DIR / "heldout.jsonl"
@@ -24,13 +23,7 @@ TRAIN = DATA_DIR / "train.jsonl"
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "eval", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
+    return run_module("eval", *args, timeout=600, env={"COLUMNS": "200", **(env or {})})
 
 
 @pytest.fixture(scope="module")

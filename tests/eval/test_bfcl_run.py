@@ -17,7 +17,7 @@ from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from eval.bfcl import CATEGORIES, load_category
 from eval.bfcl.replay import replay_script
 from serving.server import VLLMServer
-from tests.conftest import kill_after_records
+from tests.conftest import kill_after_records, run_module
 
 pytestmark = pytest.mark.integration
 # The official pipeline with all its pins, in its own virtualenv (make setup: setup-bfcl).
@@ -27,13 +27,7 @@ OFFICIAL_BFCL = Path(
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "eval", "bfcl", *args],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
-    )
+    return run_module("eval", "bfcl", *args, timeout=900, env={"COLUMNS": "200", **(env or {})})
 
 
 def results(out: Path) -> list[dict[str, Any]]:

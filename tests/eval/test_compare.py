@@ -5,10 +5,8 @@ arenas` (scripted servers over HTTP): kinds refused, half-written runs, --json, 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,21 +27,15 @@ from eval.bfcl.runner import BFCLConfig, BFCLRecord
 from eval.bfcl.runner import summarize as bfcl_summary
 from eval.compare import compare_runs, mcnemar, wilcoxon_rewards
 from eval.results import RunMeta, write_json_atomic
+from tests.conftest import run_module
 
-ROOT = Path(__file__).parents[2]
 HELDOUT = DATA_DIR / "heldout.jsonl"
 MISMATCH, RESPONSE = "multi_turn:instance_state_mismatch", "multi_turn:execution_response_mismatch"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "eval", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "250", "ASTRA_EVAL_MODEL__MAX_RETRIES": "0"},
-    )
+    env = {"COLUMNS": "250", "ASTRA_EVAL_MODEL__MAX_RETRIES": "0"}
+    return run_module("eval", *args, timeout=300, env=env)
 
 
 def write_run(out: Path, records: list[Any], *, complete: bool = True) -> Path:

@@ -25,7 +25,7 @@ from eval.arenas import DATA_DIR
 from eval.arenas.replay import replay_script as arena_replay
 from eval.bfcl import load_category
 from eval.bfcl.replay import replay_script as bfcl_replay
-from tests.conftest import free_port, kill_after_records
+from tests.conftest import free_port, kill_after_records, run_module
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).parents[2]
@@ -34,14 +34,7 @@ FAST_FAIL = {"ASTRA_EVAL_MODEL__MAX_RETRIES": "0"}  # a refused connection fails
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "eval", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "250", **(env or {})},
-    )
+    return run_module("eval", *args, timeout=600, env={"COLUMNS": "250", **(env or {})})
 
 
 def records(out: Path) -> list[dict[str, Any]]:

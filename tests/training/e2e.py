@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.conftest import run_module
 
 REPO = Path(__file__).resolve().parents[2]
 SFT_RECIPE = REPO / "training" / "recipes" / "sft-tiny-cpu.yaml"
@@ -51,12 +51,8 @@ def write_recipe(tmp_path: Path, cfg: dict[str, Any], over: dict[str, Any]) -> P
 def cli(
     module: str, *args: str, timeout: float = 900, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "COLUMNS": "200", **EVAL_ENV, **(env or {})},
+    out = run_module(
+        module, *args, timeout=timeout, env={"COLUMNS": "200", **EVAL_ENV, **(env or {})}
     )
     assert out.returncode == 0, f"{module} {args}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     return out
