@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,10 @@ from eval.report import render_report
 from eval.results import CONFIG, RESULTS, SUMMARY, write_json_atomic
 from eval.rundir import detect_kind, load_run
 from eval.runfiles import JSONL_LIMIT, UnreadableFile, read_bounded
+from tests.conftest import run_module
 from tests.eval.test_report import entry_views
 from tests.eval.test_rundir import arena_record, arena_run, bfcl_record, bfcl_run, training_run
 
-ROOT = Path(__file__).parents[2]
 # Far above any read here, so that a slow machine (the CLI tests run subprocesses under it,
 # each bounded by its own timeout) is not taken for a hang; a blocked read waits forever.
 ALARM_S = 300
@@ -48,14 +47,7 @@ def no_hang() -> Iterator[None]:
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "eval", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "250"},
-    )
+    return run_module("eval", *args, timeout=timeout, env={"COLUMNS": "250"})
 
 
 def text(run: Any) -> str:
@@ -93,7 +85,8 @@ def huge(path: Path) -> None:
         f.truncate(JSONL_LIMIT + 1)
 
 
-PLANTS: dict[str, tuple[Callable[[Path], None], str]] = {
+Plant = tuple[Callable[[Path], None], str]  # what puts it at a path, what the problem says
+PLANTS: dict[str, Plant] = {
     "fifo": (fifo, "not a regular file (a FIFO)"),
     "dev_zero": (dev_zero, "not a regular file (a character device)"),
     "loop": (loop, "a symlink loop"),
@@ -102,9 +95,14 @@ PLANTS: dict[str, tuple[Callable[[Path], None], str]] = {
 }
 
 
-@pytest.mark.parametrize("plant", sorted(PLANTS))
-def test_results_that_are_not_a_readable_file(tmp_path: Path, plant: str) -> None:
-    make, why = PLANTS[plant]
+@pytest.fixture(params=sorted(PLANTS))
+def plant(request: pytest.FixtureRequest) -> Plant:
+    """One of ``PLANTS``: a test that takes it runs once for each."""
+    return PLANTS[request.param]
+
+
+def test_results_that_are_not_a_readable_file(tmp_path: Path, plant: Plant) -> None:
+    make, why = plant
     run_dir = bfcl_run(tmp_path / "b")
     make(run_dir / RESULTS)
     run = load_run(run_dir)
@@ -114,9 +112,8 @@ def test_results_that_are_not_a_readable_file(tmp_path: Path, plant: str) -> Non
     assert run.usable  # the summary still says what the run scored
 
 
-@pytest.mark.parametrize("plant", sorted(PLANTS))
-def test_a_summary_that_is_not_a_readable_file(tmp_path: Path, plant: str) -> None:
-    make, why = PLANTS[plant]
+def test_a_summary_that_is_not_a_readable_file(tmp_path: Path, plant: Plant) -> None:
+    make, why = plant
     run_dir = arena_run(tmp_path / "a")
     make(run_dir / SUMMARY)
     run = load_run(run_dir)
@@ -124,9 +121,8 @@ def test_a_summary_that_is_not_a_readable_file(tmp_path: Path, plant: str) -> No
     assert run.summary is not None and run.summary["mean_reward"] == 0.5  # from the records
 
 
-@pytest.mark.parametrize("plant", sorted(PLANTS))
-def test_training_files_that_are_not_readable_files(tmp_path: Path, plant: str) -> None:
-    make, why = PLANTS[plant]
+def test_training_files_that_are_not_readable_files(tmp_path: Path, plant: Plant) -> None:
+    make, why = plant
     sft = training_run(tmp_path / "sft", "sft")
     make(sft / "astra-sft.json")
     rl = training_run(tmp_path / "rl", "rl")
