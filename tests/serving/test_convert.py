@@ -137,10 +137,24 @@ def _no_output(tmp_path: Path, name: str = "dst") -> None:
     assert not list(tmp_path.glob(f".{name}.*"))
 
 
-def test_src_missing(tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError, match="not found"):
-        convert_checkpoint(tmp_path / "nope", tmp_path / "dst")
+def _refused(src: Path, tmp_path: Path, match: str) -> None:
+    """Converting ``src`` to ``tmp_path/dst`` fails with a ``CheckpointError`` matching
+    ``match`` and leaves nothing behind."""
+    with pytest.raises(CheckpointError, match=match):
+        convert_checkpoint(src, tmp_path / "dst")
     _no_output(tmp_path)
+
+
+@pytest.fixture
+def random_copy(random_fp32: Path, tmp_path: Path) -> Path:
+    """A copy of the random many-shard checkpoint, for a test to damage."""
+    src = tmp_path / "src"
+    shutil.copytree(random_fp32, src)
+    return src
+
+
+def test_src_missing(tmp_path: Path) -> None:
+    _refused(tmp_path / "nope", tmp_path, "not found")
 
 
 def test_src_not_a_checkpoint(tmp_path: Path) -> None:
@@ -149,32 +163,22 @@ def test_src_not_a_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"no config\.json"):
         convert_checkpoint(tmp_path / "src", tmp_path / "dst")
     (tmp_path / "src" / "config.json").write_text("{}")
-    with pytest.raises(CheckpointError, match="no weights"):
-        convert_checkpoint(tmp_path / "src", tmp_path / "dst")
-    _no_output(tmp_path)
+    _refused(tmp_path / "src", tmp_path, "no weights")
 
 
-def test_truncated_shard(random_fp32: Path, tmp_path: Path) -> None:
-    src = tmp_path / "src"
-    shutil.copytree(random_fp32, src)
-    shard = sorted(src.glob("*.safetensors"))[1]
+def test_truncated_shard(random_copy: Path, tmp_path: Path) -> None:
+    shard = sorted(random_copy.glob("*.safetensors"))[1]
     data = shard.read_bytes()
     shard.write_bytes(data[: len(data) - 1000])
-    with pytest.raises(CheckpointError, match="truncated"):
-        convert_checkpoint(src, tmp_path / "dst")
-    _no_output(tmp_path)
+    _refused(random_copy, tmp_path, "truncated")
 
 
-def test_corrupt_header(random_fp32: Path, tmp_path: Path) -> None:
-    src = tmp_path / "src"
-    shutil.copytree(random_fp32, src)
-    shard = sorted(src.glob("*.safetensors"))[0]
+def test_corrupt_header(random_copy: Path, tmp_path: Path) -> None:
+    shard = sorted(random_copy.glob("*.safetensors"))[0]
     data = bytearray(shard.read_bytes())
     data[8:20] = b"\x00garbage!!\xff\xfe"
     shard.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match="corrupt"):
-        convert_checkpoint(src, tmp_path / "dst")
-    _no_output(tmp_path)
+    _refused(random_copy, tmp_path, "corrupt")
 
 
 def test_corrupt_bin(tmp_path: Path) -> None:
@@ -184,19 +188,13 @@ def test_corrupt_bin(tmp_path: Path) -> None:
     torch.save({"x": torch.randn(100, 100)}, src / "pytorch_model.bin")
     data = (src / "pytorch_model.bin").read_bytes()
     (src / "pytorch_model.bin").write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="corrupt or truncated"):
-        convert_checkpoint(src, tmp_path / "dst")
-    _no_output(tmp_path)
+    _refused(src, tmp_path, "corrupt or truncated")
 
 
-def test_index_names_missing_shard(random_fp32: Path, tmp_path: Path) -> None:
-    src = tmp_path / "src"
-    shutil.copytree(random_fp32, src)
-    victim = sorted(src.glob("*.safetensors"))[-1]
+def test_index_names_missing_shard(random_copy: Path, tmp_path: Path) -> None:
+    victim = sorted(random_copy.glob("*.safetensors"))[-1]
     victim.unlink()
-    with pytest.raises(CheckpointError, match=f"missing: {victim.name}"):
-        convert_checkpoint(src, tmp_path / "dst")
-    _no_output(tmp_path)
+    _refused(random_copy, tmp_path, f"missing: {victim.name}")
 
 
 def test_dst_exists_needs_overwrite(tiny_fp32: Path, tmp_path: Path) -> None:
