@@ -414,6 +414,14 @@ def _page(tmp_path: Path, text: str, name: str = "page.md") -> Page:
     return parse_page(path)
 
 
+def _assert_link_problems(page: Page, *says: str) -> None:
+    """The page's link problems are one for each of ``says``, in order, each saying it."""
+    problems = list(link_problems(page))
+    assert len(problems) == len(says), problems
+    for problem, said in zip(problems, says, strict=True):
+        assert said in problem, problems
+
+
 def test_links_broken_and_whole(tmp_path: Path) -> None:
     (tmp_path / "other.md").write_text("# Other\n\n## Tiny checkpoints: `astra-serve tiny`\n")
     page = _page(
@@ -424,12 +432,13 @@ def test_links_broken_and_whole(tmp_path: Path) -> None:
         "[gone](gone.md) [no anchor](other.md#nope) ![img](pic.png) [here](#absent)\n"
         "```bash\n[in a block](gone2.md)\n```\n",
     )
-    problems = list(link_problems(page))
-    assert len(problems) == 4, problems
-    assert "gone.md does not exist" in problems[0]
-    assert "other.md has no heading #nope" in problems[1]
-    assert "pic.png does not exist" in problems[2]
-    assert "page.md has no heading #absent" in problems[3]
+    _assert_link_problems(
+        page,
+        "gone.md does not exist",
+        "other.md has no heading #nope",
+        "pic.png does not exist",
+        "page.md has no heading #absent",
+    )
 
 
 def test_reference_and_html_links(tmp_path: Path) -> None:
@@ -439,10 +448,7 @@ def test_reference_and_html_links(tmp_path: Path) -> None:
         "# T\n\nSee [the page][ref] and [other][ref2].\n\n[ref]: there.png\n[ref2]: <missing.md>\n"
         '<img src="there.png"> <a href="gone/page.md">x</a> <a href="https://example.org">y</a>\n',
     )
-    problems = list(link_problems(page))
-    assert len(problems) == 2, problems
-    assert "missing.md does not exist" in problems[0]
-    assert "gone/page.md does not exist" in problems[1]
+    _assert_link_problems(page, "missing.md does not exist", "gone/page.md does not exist")
 
 
 def test_unclosed_fence_is_named(tmp_path: Path) -> None:
