@@ -68,6 +68,17 @@ def traj(**kw: Any) -> Trajectory:
     return Trajectory(**{"messages": convo(), "tools": TOOLS, **kw})
 
 
+def bfcl_record(entry_id: str, valid: bool) -> BFCLRecord:
+    """A BFCL multi-turn entry of two turns whose second offers ``OTHER_TOOLS`` too (as a
+    miss_func entry adds its held-back function) and calls one of them."""
+    t = Trajectory(messages=[], tools=[])
+    t.offer_tools(TOOLS)
+    t.messages += convo("one")
+    t.offer_tools(TOOLS + OTHER_TOOLS)
+    t.messages += convo("two", name="lookup", args='{"q": "x"}')
+    return BFCLRecord(id=entry_id, category="multi_turn_miss_func", valid=valid, trajectory=t)
+
+
 def jsonl(path: Path, records: list[Any]) -> Path:
     lines = [
         r.to_json_line() if isinstance(r, Trajectory) else json.dumps(r) + "\n" for r in records
@@ -292,12 +303,7 @@ def test_split_turns_trains_every_reply_once(tiny_tokenizer_dir: Path, tmp_path:
 def test_bfcl_tools_added_at_a_later_turn_are_offered_there(
     tiny_tokenizer_dir: Path, tmp_path: Path
 ) -> None:
-    t = Trajectory(messages=[], tools=[])
-    t.offer_tools(TOOLS)
-    t.messages += convo("one")
-    t.offer_tools(TOOLS + OTHER_TOOLS)
-    t.messages += convo("two", name="lookup", args='{"q": "x"}')
-    rec = BFCLRecord(id="miss_func_0", category="multi_turn_miss_func", valid=False, trajectory=t)
+    rec = bfcl_record("miss_func_0", valid=False)
     src = tmp_path / "bfcl.jsonl"
     src.write_text(rec.model_dump_json() + "\n")
     build_sft_data([src], tmp_path / "out", opts(tiny_tokenizer_dir))

@@ -628,16 +628,9 @@ def test_randomly_broken_records_are_each_kept_or_rejected_never_a_crash(
     that the readers now turn into rejections)."""
     import random
 
-    from astra_agent.trajectory import Trajectory
-    from eval.bfcl.runner import BFCLRecord
-    from tests.training.test_data import OTHER_TOOLS, traj
+    from tests.training.test_data import bfcl_record, traj
 
-    t = Trajectory(messages=[], tools=[])
-    t.offer_tools(TOOLS)
-    t.messages += convo("one")
-    t.offer_tools(TOOLS + OTHER_TOOLS)
-    t.messages += convo("two", name="lookup", args='{"q": "x"}')
-    bfcl = BFCLRecord(id="b", category="multi_turn_miss_func", valid=True, trajectory=t)
+    bfcl = bfcl_record("b", valid=True)
     arena = {"id": "a", "reward": 1.0, "trajectory": traj(messages=convo("q2")).model_dump()}
     astra = astra_record()
     bases = [
