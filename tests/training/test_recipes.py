@@ -5,6 +5,7 @@ config schema in tests/training/test_rl_verl.py."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -15,6 +16,7 @@ from training.sft.config import SFTConfig
 RECIPES = Path(__file__).resolve().parents[2] / "training" / "recipes"
 SHIPPED = sorted(RECIPES.glob("sft-*.yaml"))
 RL_SHIPPED = sorted(RECIPES.glob("rl-*.yaml"))
+C = TypeVar("C", RLConfig, SFTConfig)
 
 
 def test_the_recipes_are_shipped() -> None:
@@ -24,12 +26,19 @@ def test_the_recipes_are_shipped() -> None:
     assert names == {p.name for p in SHIPPED + RL_SHIPPED}  # no recipe of another kind
 
 
+def load_shipped(config: type[C], recipe: Path) -> C:
+    """``recipe`` loaded into ``config``: every key written in the file is a field
+    (extra=forbid), and it is the value used."""
+    cfg = load_config(config, recipe, environ={})
+    raw = read_mapping(recipe)
+    assert set(raw) <= set(config.model_fields)
+    assert cfg.backend == raw.get("backend", "trl")
+    return cfg
+
+
 @pytest.mark.parametrize("recipe", RL_SHIPPED, ids=lambda p: p.name)
 def test_a_shipped_rl_recipe_validates(recipe: Path) -> None:
-    cfg = load_config(RLConfig, recipe, environ={})
-    raw = read_mapping(recipe)
-    assert set(raw) <= set(RLConfig.model_fields)
-    assert cfg.backend == raw.get("backend", "trl")
+    cfg = load_shipped(RLConfig, recipe)
     # one update per batch, no KL/entropy anywhere to configure; the paper's bounds
     assert (cfg.batch_groups * cfg.group_size) % cfg.micro_batch_size == 0
     assert cfg.rollout.max_turns <= 32
@@ -48,11 +57,7 @@ def test_the_tiny_rl_recipe_runs_on_cpu_with_trl() -> None:
 
 @pytest.mark.parametrize("recipe", SHIPPED, ids=lambda p: p.name)
 def test_a_shipped_recipe_validates(recipe: Path) -> None:
-    cfg = load_config(SFTConfig, recipe, environ={})
-    # every key written in the file is a field (extra=forbid), and it is the value used
-    raw = read_mapping(recipe)
-    assert set(raw) <= set(SFTConfig.model_fields)
-    assert cfg.backend == raw.get("backend", "trl")
+    cfg = load_shipped(SFTConfig, recipe)
     assert cfg.global_batch_size % cfg.micro_batch_size == 0
 
 
