@@ -1,8 +1,12 @@
-"""Shared fixtures for the training tests: the tiny tokenizer and the arena trajectory corpus."""
+"""Shared fixtures and helpers for the training tests: the tiny tokenizer, the arena trajectory
+corpus, and a synthesis stage killed mid-run."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,13 +14,32 @@ from typing import Any
 import pytest
 
 from eval.arenas import DATA_DIR
-from tests.conftest import shared_once
+from tests.conftest import kill_after_records, shared_once
 from tests.training.e2e import RLStart, SFTRun, rl_start, run_sft
 from tests.training.verl_tq import local_transfer_queue
 from training.replay import replay_arenas
+from training.synth.stage import JOURNAL
 
 ARENA_TRAIN = DATA_DIR / "train.jsonl"
 ARENA_HELDOUT = DATA_DIR / "heldout.jsonl"
+
+
+def kill_stage_midway(args: list[str], out: Path, at_least: int, units: int, torn: str) -> int:
+    """Run the synthesis stage ``astra-train ARGS`` (writing to ``out``) as a process and
+    ``kill -9`` it once its journal holds ``at_least`` units, which must be mid-run (fewer than
+    all ``units``); then leave a record of unit ``torn`` cut mid-write, as a kill can. Returns
+    how many units the killed run finished."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "training.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    done = kill_after_records(proc, out / JOURNAL, at_least, timeout_s=60)
+    assert at_least <= done < units
+    with (out / JOURNAL).open("a") as f:
+        f.write(f'{{"unit": "{torn}", "records": [{{"id": "torn')
+    return done
 
 
 @pytest.fixture(scope="session")

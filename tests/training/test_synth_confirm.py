@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -21,7 +18,7 @@ from typer.testing import CliRunner
 
 from astra_agent.errors import ConfigError
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
-from tests.conftest import kill_after_records
+from tests.training.conftest import kill_stage_midway
 from training.cli import app as train_app
 from training.synth.stage import JOURNAL, UnitsFailed
 from training.synth.teacher import ReplyError, parse_reply
@@ -422,16 +419,7 @@ def test_check_chains_kill_and_resume_lose_and_duplicate_nothing(tmp_path: Path)
         args = ["synth", "check-chains", "--chains", str(tmp_path / "chains"), "--pool",
                 str(tmp_path / "pool"), "--out", str(out), "--base-url", srv.base_url,
                 "--model", MODEL, "--concurrency", "2"]  # fmt: skip
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "training.cli", *args],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "COLUMNS": "200"},
-        )
-        done = kill_after_records(proc, out / JOURNAL, 4, timeout_s=60)
-        assert 4 <= done < 30
-        with (out / JOURNAL).open("a") as f:
-            f.write('{"unit": "chain-999", "records": [{"id": "torn')  # a kill mid-write
+        done = kill_stage_midway(args, out, 4, 30, torn="chain-999")
         srv.set_script(ScriptedTeacher())
         cfg = check_cfg(tmp_path / "chains", tmp_path / "pool", out, srv.base_url,
                         concurrency=2)  # fmt: skip

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +17,7 @@ from pydantic import ValidationError
 from astra_agent.errors import ConfigError
 from astra_agent.model import ChatModel, ModelConfig
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
-from tests.conftest import kill_after_records
+from tests.training.conftest import kill_stage_midway
 from training.synth.envs import Decomposition, SubQuestion, parallel_groups
 from training.synth.envs.decompose import (
     DecomposeConfig,
@@ -470,16 +467,7 @@ def test_kill_and_resume_lose_and_duplicate_nothing(tmp_path: Path) -> None:
         args = ["synth", "decompose", "--domains", str(domains), "--out", str(out),
                 "--base-url", srv.base_url, "--model", MODEL, "--per-domain", "2",
                 "--concurrency", "2"]  # fmt: skip
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "training.cli", *args],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "COLUMNS": "200"},
-        )
-        done = kill_after_records(proc, out / JOURNAL, 4, timeout_s=60)
-        assert 4 <= done < 2 * len(names)
-        with (out / JOURNAL).open("a") as f:
-            f.write('{"unit": "zone-x:0", "records": [{"id": "torn')  # a kill mid-write
+        done = kill_stage_midway(args, out, 4, 2 * len(names), torn="zone-x:0")
         srv.set_script(ScriptedTeacher())
         cfg = config(out, srv.base_url, domains=domains, per_domain=2)
         with pytest.raises(ConfigError, match="unfinished decompose run"):

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,8 @@ from astra_agent.sandbox import bwrap_available
 from astra_agent.testing.scripted_server import ScriptedServer
 from eval.arenas import replay_script
 from eval.arenas.checks import holds_token, vary_arguments
-from tests.conftest import kill_after_records
+from tests.conftest import run_module
+from tests.training.conftest import kill_stage_midway
 from training.synth.cli import synth_app
 from training.synth.envs.build import heldout_ids
 from training.synth.envs.code import CheckLimits, EnvCodeConfig, synth_env_code
@@ -30,7 +29,6 @@ from training.synth.envs.distract import BM25, DistractorIndex, Entry, words
 from training.synth.envs.merge import dispatcher
 from training.synth.envs.records import Decomposition, SubQuestion
 from training.synth.envs.sandboxed import schema_problem, static_problem
-from training.synth.stage import JOURNAL
 from training.synth.testing import ScriptedTeacher, scripted_teacher_server
 
 MODEL = "scripted-teacher"
@@ -258,8 +256,7 @@ def _world() -> list[Decomposition]:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "eval", *args], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    return run_module("eval", *args, timeout=120, env={"COLUMNS": "200"})
 
 
 @pytest.mark.integration
@@ -359,13 +356,7 @@ def test_env_code_kill_and_resume_lose_and_duplicate_nothing(tmp_path: Path) -> 
         args = ["synth", "env-code", "--decompositions", str(path), "--out", str(out),
                 "--base-url", srv.base_url, "--model", MODEL, "--max-retries", "1",
                 "--call-timeout", "2", "--concurrency", "2"]  # fmt: skip
-        proc = subprocess.Popen([sys.executable, "-m", "training.cli", *args],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "COLUMNS": "200"})  # fmt: skip
-        done = kill_after_records(proc, out / JOURNAL, 3, timeout_s=60)
-        assert 3 <= done < len(records)
-        with (out / JOURNAL).open("a") as f:
-            f.write('{"unit": "r99", "records": [{"id": "torn')  # a kill mid-write
+        done = kill_stage_midway(args, out, 3, len(records), torn="r99")
         srv.set_script(ScriptedTeacher())
         cfg = env_config(path, out, srv.base_url, concurrency=2,
                          sandbox=CheckLimits(wall_seconds_per_call=2))  # fmt: skip

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,7 +17,7 @@ from typer.testing import CliRunner
 
 from astra_agent.errors import ConfigError
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
-from tests.conftest import kill_after_records
+from tests.training.conftest import kill_stage_midway
 from training.cli import app as train_app
 from training.synth.stage import JOURNAL, UnitsFailed
 from training.synth.testing import ScriptedTeacher, scripted_teacher_server
@@ -360,16 +357,7 @@ def test_kill_and_resume_lose_and_duplicate_nothing(tmp_path: Path) -> None:
         args = ["synth", "interact", "--tasks", str(tasks_file), "--pool", str(pool), "--out",
                 str(out), "--base-url", srv.base_url, "--model", MODEL, "--simulate",
                 "--failure-rate", "0.3", "--seed", "5", "--concurrency", "2"]  # fmt: skip
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "training.cli", *args],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "COLUMNS": "200"},
-        )
-        done = kill_after_records(proc, out / JOURNAL, 3, timeout_s=60)
-        assert 3 <= done < len(tasks)
-        with (out / JOURNAL).open("a") as f:
-            f.write('{"unit": "t99:diverse", "records": [{"id": "torn')  # a kill mid-write
+        done = kill_stage_midway(args, out, 3, len(tasks), torn="t99:diverse")
         srv.set_script(ScriptedTeacher())
         cfg = config(tasks_file, [pool], out, srv.base_url, failure_rate=0.3, seed=5)
         with pytest.raises(ConfigError, match="unfinished interact run"):

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +16,7 @@ import pytest
 from astra_agent.errors import ConfigError
 from astra_agent.model import ChatModel, ModelConfig
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
-from tests.conftest import kill_after_records
+from tests.training.conftest import kill_stage_midway
 from training.synth.stage import JOURNAL, Shard, UnitsFailed
 from training.synth.teacher import ReplyError, Teacher, TeacherConfig, TeacherRejected, parse_reply
 from training.synth.testing import Plant, ScriptedTeacher, scripted_teacher_server
@@ -415,16 +412,7 @@ def test_kill_and_resume_lose_and_duplicate_nothing(tmp_path: Path) -> None:
         args = ["synth", "tasks", "--chains", str(chains), "--pool", str(pool), "--out",
                 str(out), "--base-url", srv.base_url, "--model", MODEL, "--modes", "diverse",
                 "--no-decontaminate", "--concurrency", "2"]  # fmt: skip
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "training.cli", *args],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "COLUMNS": "200"},
-        )
-        done = kill_after_records(proc, out / JOURNAL, 4, timeout_s=60)
-        assert 4 <= done < len(world)
-        with (out / JOURNAL).open("a") as f:
-            f.write('{"unit": "chain-999", "records": [{"id": "torn')  # a kill mid-write
+        done = kill_stage_midway(args, out, 4, len(world), torn="chain-999")
         srv.set_script(ScriptedTeacher())
         cfg = config(chains, pool, out, srv.base_url, modes=["diverse"])
         with pytest.raises(ConfigError, match="unfinished tasks run"):
