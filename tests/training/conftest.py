@@ -1,5 +1,6 @@
 """Shared fixtures and helpers for the training tests: the tiny tokenizer, the arena trajectory
-corpus, and a synthesis stage killed mid-run."""
+corpus and its SFT data, the random tiny checkpoint, `astra-train` run in-process, and a
+synthesis stage killed mid-run."""
 
 from __future__ import annotations
 
@@ -7,16 +8,21 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from astra_agent import console as console_mod
 from eval.arenas import DATA_DIR
+from serving.tiny import TinySpec, build_tiny_checkpoint
 from tests.conftest import kill_after_records, shared_once
 from tests.training.e2e import RLStart, SFTRun, rl_start, run_sft
 from tests.training.verl_tq import local_transfer_queue
+from training.cli import app as train_app
 from training.replay import replay_arenas
 from training.synth.stage import JOURNAL
 
@@ -70,6 +76,61 @@ def arena_corpus(arena_runs: dict[str, Path], tmp_path_factory: pytest.TempPathF
     text = arena_runs["train"].read_text() + arena_runs["heldout"].read_text()
     out.write_text(text)
     return out
+
+
+@pytest.fixture(scope="session")
+def random_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny checkpoint with random weights (seed 0): what the SFT tests train."""
+    spec = TinySpec(seed=0, behavior="random")
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("rand-tiny") / "fp32", spec)
+
+
+@pytest.fixture(scope="session")
+def arena_parquet(
+    arena_runs: dict[str, Path], random_tiny: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The 24 training arena trajectories through `astra-train data sft`."""
+    out = tmp_path_factory.mktemp("sft-data")
+    args = ["data", "sft", str(arena_runs["train"]), "--out", str(out)]
+    res = CliRunner().invoke(train_app, [*args, "--tokenizer", str(random_tiny)])
+    assert res.exit_code == 0, res.output
+    return out / "sft.parquet"
+
+
+def train_in_process(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """``astra-train ARGS`` in-process: (exit code, stdout + stderr); an exception other than
+    the CLI's exit is raised."""
+    res = CliRunner().invoke(train_app, list(args), env=env)
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return res.exit_code, res.output
+
+
+def wait_for_checkpoint(path: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Wait until the training run ``proc`` has written ``path`` (a file of a checkpoint)."""
+    deadline = time.monotonic() + timeout_s
+    while not path.is_file():
+        assert proc.poll() is None, "the run ended before the checkpoint was written"
+        assert time.monotonic() < deadline, f"no {path} after {timeout_s} s"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def wide_consoles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One message, one line: the CLI's consoles are not wrapped at 80 columns here."""
+    monkeypatch.setattr(console_mod.err_console, "_width", 400)
+    monkeypatch.setattr(console_mod.console, "_width", 400)
+
+
+@pytest.fixture
+def torch_threads_kept() -> Iterator[None]:
+    """In-process training runs set torch's threads (``trl.threads``): the session gets its
+    own back after each test."""
+    import torch
+
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="session")

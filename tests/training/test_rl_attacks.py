@@ -17,19 +17,17 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from astra_agent import console as console_mod
 from astra_agent.arena import parse_record
 from astra_agent.sandbox import SandboxLimits, bwrap_available
 from tests.conftest import kill_after_records
+from tests.training.conftest import train_in_process
 from tests.training.e2e import write_recipe
-from training.cli import app
 from training.rl.batch import load_tasks
 from training.rl.config import RLConfig
 from training.rl.generate import HFGenerator
@@ -39,7 +37,10 @@ from training.sft.common import MetricsLog, last_complete_checkpoint
 from training.template import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(not bwrap_available(), reason="needs bubblewrap")
+pytestmark = [
+    pytest.mark.skipif(not bwrap_available(), reason="needs bubblewrap"),
+    pytest.mark.usefixtures("torch_threads_kept"),
+]
 
 TOOL = "get_current_time"
 OK = f"def {TOOL}(timezone):\n    return '12:00 ' + timezone\n"
@@ -116,23 +117,6 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-@pytest.fixture
-def wide_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One message, one line: the CLI's stderr console is not wrapped at 80 columns here."""
-    monkeypatch.setattr(console_mod.err_console, "_width", 400)
-    monkeypatch.setattr(console_mod.console, "_width", 400)
-
-
-@pytest.fixture(autouse=True)
-def _torch_threads() -> Iterator[None]:
-    """In-process runs set torch to one thread (``trl.threads``): give the session its own."""
-    import torch
-
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
-
-
 def recipe(tmp_path: Path, model: Path, train: Path | list[Path], **over: Any) -> Path:
     """The smallest real run: 1 step of one group of 2 rollouts, ≤2 turns of ≤32 tokens."""
     cfg: dict[str, Any] = {
@@ -155,10 +139,17 @@ def recipe(tmp_path: Path, model: Path, train: Path | list[Path], **over: Any) -
 
 def rl(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """``astra-train rl ARGS`` in-process: (exit code, stdout + stderr, whitespace folded)."""
-    res = CliRunner().invoke(app, ["rl", *args], env=env)
-    if res.exception is not None and not isinstance(res.exception, SystemExit):
-        raise res.exception
-    return res.exit_code, " ".join(res.output.split())
+    code, out = train_in_process("rl", *args, env=env)
+    return code, " ".join(out.split())
+
+
+def refused_before_anything(tmp_path: Path, patch: dict, env: dict | None, named: str) -> None:
+    """The recipe with ``patch`` (and ``env``) is refused, one message naming ``named``, and
+    nothing is written."""
+    cfg = recipe(tmp_path, tmp_path / "no-model", tmp_path / "no.jsonl", **patch)
+    code, out = rl("--config", str(cfg), env=env)
+    assert code == 2 and named in out and "Traceback" not in out, out
+    assert not (tmp_path / "run").exists()
 
 
 def metrics(run: Path) -> list[dict[str, Any]]:
@@ -182,12 +173,9 @@ def metrics(run: Path) -> list[dict[str, Any]]:
     ids=["top-level", "abf", "rollout", "sandbox", "serve", "serve-model", "environment"],
 )
 def test_an_unknown_key_is_refused_naming_it_and_nothing_is_written(
-    tmp_path: Path, wide_errors: None, patch: dict, env: dict | None, named: str
+    tmp_path: Path, wide_consoles: None, patch: dict, env: dict | None, named: str
 ) -> None:
-    cfg = recipe(tmp_path, tmp_path / "no-model", tmp_path / "no.jsonl", **patch)
-    code, out = rl("--config", str(cfg), env=env)
-    assert code == 2 and named in out and "Traceback" not in out, out
-    assert not (tmp_path / "run").exists()
+    refused_before_anything(tmp_path, patch, env, named)
 
 
 @pytest.mark.parametrize(
@@ -211,22 +199,19 @@ def test_an_unknown_key_is_refused_naming_it_and_nothing_is_written(
     ],
 )
 def test_a_non_finite_or_out_of_range_number_is_refused_naming_it(
-    tmp_path: Path, wide_errors: None, patch: dict, env: dict | None, named: str
+    tmp_path: Path, wide_consoles: None, patch: dict, env: dict | None, named: str
 ) -> None:
-    cfg = recipe(tmp_path, tmp_path / "no-model", tmp_path / "no.jsonl", **patch)
-    code, out = rl("--config", str(cfg), env=env)
-    assert code == 2 and named in out and "Traceback" not in out, out
-    assert not (tmp_path / "run").exists()
+    refused_before_anything(tmp_path, patch, env, named)
 
 
-def test_group_size_1_is_refused_by_the_config(tmp_path: Path, wide_errors: None) -> None:
+def test_group_size_1_is_refused_by_the_config(tmp_path: Path, wide_consoles: None) -> None:
     code, out = rl("--config", str(recipe(tmp_path, tmp_path, tmp_path)), "--group-size", "1")
     assert code == 2 and "group_size: Input should be greater than or equal to 2" in out
     assert not (tmp_path / "run").exists()
 
 
 def test_a_micro_batch_that_does_not_divide_the_step_is_refused_before_anything(
-    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_consoles: None
 ) -> None:
     cfg = recipe(tmp_path, tiny_fp32, data["ok"], micro_batch_size=3)
     code, out = rl("--config", str(cfg))
@@ -236,7 +221,7 @@ def test_a_micro_batch_that_does_not_divide_the_step_is_refused_before_anything(
 
 @pytest.mark.parametrize("which", ["train", "heldout"])
 def test_a_missing_record_file_is_refused_before_anything(
-    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None, which: str
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_consoles: None, which: str
 ) -> None:
     gone = tmp_path / "gone.jsonl"
     over = {"heldout_files": [str(gone)]} if which == "heldout" else {}
@@ -247,7 +232,7 @@ def test_a_missing_record_file_is_refused_before_anything(
 
 
 def test_records_that_all_fail_to_load_are_refused_with_the_first_reason(
-    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_consoles: None
 ) -> None:
     code, out = rl("--config", str(recipe(tmp_path, tiny_fp32, data["all_bad"])))
     assert code == 2 and "no loadable training task" in out and "3 record(s)" in out, out
@@ -288,7 +273,7 @@ def _not_a_checkpoint(tmp_path: Path, kind: str, tiny: Path) -> Path:
     ids=["missing", "a-file", "empty-dir", "config-only", "garbage-weights", "no-tokenizer"],
 )
 def test_a_model_path_that_is_not_a_checkpoint_is_refused(
-    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None, kind: str,
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_consoles: None, kind: str,
     says: str,
 ) -> None:  # fmt: skip
     model = _not_a_checkpoint(tmp_path, kind, tiny_fp32)
@@ -320,7 +305,7 @@ def test_unicode_prompts_load_and_lone_surrogates_are_replaced(data: dict[str, P
 
 
 def test_a_run_skips_the_bad_records_says_how_many_and_trains(
-    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_consoles: None
 ) -> None:
     code, out = rl("--config", str(recipe(tmp_path, tiny_fp32, data["mixed"])))
     assert code == 0, out
@@ -329,7 +314,7 @@ def test_a_run_skips_the_bad_records_says_how_many_and_trains(
 
 
 def test_unicode_prompts_roll_out_and_train(
-    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_consoles: None
 ) -> None:
     """Emoji, raw line separators and a (replaced) lone surrogate: each task's episodes are
     sampled, scored and trained; none is an error."""
@@ -348,7 +333,7 @@ def _tree(run: Path) -> dict[str, int]:
 
 
 def test_resume_into_another_config_is_refused_and_the_same_config_resumes(
-    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_consoles: None
 ) -> None:
     run = tmp_path / "run"
     cfg = recipe(tmp_path, tiny_fp32, data["ok"])
@@ -373,7 +358,7 @@ def _files(run: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_a_finished_run_reruns_as_a_no_op_and_completes_a_missing_final(
-    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_consoles: None
 ) -> None:
     """3 steps of 2-step epochs: resumed from its last checkpoint, TRL would train a 4th step
     and overwrite final/ and final-bf16/."""
@@ -400,7 +385,7 @@ def test_a_finished_run_reruns_as_a_no_op_and_completes_a_missing_final(
 
 
 def test_a_moved_run_directory_resumes_and_another_config_is_still_refused(
-    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_consoles: None
 ) -> None:
     cfg = recipe(tmp_path, tiny_fp32, data["ok"], steps=2)
     code, out = rl("--config", str(cfg))
@@ -487,7 +472,7 @@ def kill_after_records_signal(
 
 @pytest.mark.integration  # a subprocess, killed
 def test_kill_9_mid_run_then_rerun_resumes_from_the_last_complete_checkpoint(
-    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_consoles: None
 ) -> None:
     run = tmp_path / "run"
     cfg = recipe(tmp_path, tiny_fp32, data["ok"], steps=4)
@@ -526,7 +511,7 @@ def test_kill_9_mid_run_then_rerun_resumes_from_the_last_complete_checkpoint(
 
 
 def test_a_tool_that_hangs_or_kills_its_sandbox_is_an_error_result_and_the_step_completes(
-    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_consoles: None
 ) -> None:
     cfg = recipe(
         tmp_path, tiny_fp32, data["hang_crash"], batch_groups=2, micro_batch_size=2,
@@ -636,7 +621,7 @@ def test_text_the_tokenizer_cannot_take_ends_the_episode_not_the_rollout(
 
 
 def test_every_group_flat_stops_with_batch_filling_stalled_and_frees_the_directory(
-    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_consoles: None
 ) -> None:
     """The scripted model scores the same on every rollout: no group's rewards ever vary."""
     import time
@@ -654,7 +639,7 @@ def test_every_group_flat_stops_with_batch_filling_stalled_and_frees_the_directo
 
 
 def test_no_prompt_within_max_prompt_tokens_stops_the_run_saying_so(
-    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_errors: None
+    tmp_path: Path, tiny_fp32: Path, data: dict[str, Path], wide_consoles: None
 ) -> None:
     cfg = recipe(tmp_path, tiny_fp32, data["ok"], rollout={"max_prompt_tokens": 16})
     code, out = rl("--config", str(cfg))

@@ -16,59 +16,30 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from astra_agent import console as console_mod
 from astra_agent.errors import ConfigError
-from serving.tiny import TinySpec, build_tiny_checkpoint
+from tests.training.conftest import train_in_process, wait_for_checkpoint
 from tests.training.e2e import write_recipe
-from training.cli import app
 from training.sft.common import MetricsLog, last_complete_checkpoint, prepare_run_dir
 from training.sft.config import SFTConfig
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 6  # one epoch: 6 steps at a global batch of 1
+pytestmark = pytest.mark.usefixtures("wide_consoles", "torch_threads_kept")
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spec = TinySpec(seed=0, behavior="random")
-    return build_tiny_checkpoint(tmp_path_factory.mktemp("sft-attacks") / "tiny", spec)
-
-
-@pytest.fixture(scope="module")
-def parquet(
-    arena_runs: dict[str, Path], tiny: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
+def parquet(arena_parquet: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first six arena trajectories through `astra-train data sft`."""
     import pyarrow.parquet as pq
 
-    out = tmp_path_factory.mktemp("sft-attacks-data")
-    res = CliRunner().invoke(
-        app, ["data", "sft", str(arena_runs["train"]), "--out", str(out), "--tokenizer", str(tiny)]
-    )
-    assert res.exit_code == 0, res.output
-    pq.write_table(pq.read_table(out / "sft.parquet").slice(0, ROWS), out / "six.parquet")
-    return out / "six.parquet"
-
-
-@pytest.fixture(autouse=True)
-def _wide_and_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """One message, one line (the CLI's consoles not wrapped at 80 columns), and the session's
-    torch threads back after in-process runs set one (``trl.threads``)."""
-    import torch
-
-    monkeypatch.setattr(console_mod.err_console, "_width", 400)
-    monkeypatch.setattr(console_mod.console, "_width", 400)
-    n = torch.get_num_threads()
-    yield
-    torch.set_num_threads(n)
+    out = tmp_path_factory.mktemp("sft-attacks-data") / "six.parquet"
+    pq.write_table(pq.read_table(arena_parquet).slice(0, ROWS), out)
+    return out
 
 
 def recipe(tmp_path: Path, model: Path, data: Path, **over: Any) -> Path:
@@ -90,10 +61,7 @@ def recipe(tmp_path: Path, model: Path, data: Path, **over: Any) -> Path:
 
 def sft(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """``astra-train sft ARGS`` in-process: (exit code, stdout + stderr)."""
-    res = CliRunner().invoke(app, ["sft", *args], env=env)
-    if res.exception is not None and not isinstance(res.exception, SystemExit):
-        raise res.exception
-    return res.exit_code, res.output
+    return train_in_process("sft", *args, env=env)
 
 
 def steps(run: Path) -> list[int]:
@@ -173,11 +141,11 @@ def test_infinity_in_the_recipe_file_is_refused(tmp_path: Path) -> None:
     ids=["grad-norm", "loss", "weights"],
 )  # fmt: skip
 def test_a_diverging_run_stops_at_the_first_non_finite_value_and_looks_unfinished(
-    tmp_path: Path, tiny: Path, parquet: Path, lr: float, warmup: float, stopped: str
+    tmp_path: Path, random_tiny: Path, parquet: Path, lr: float, warmup: float, stopped: str
 ) -> None:
     run = tmp_path / "run"
     cfg = recipe(
-        tmp_path, tiny, parquet, learning_rate=lr, warmup_ratio=warmup, max_steps=6,
+        tmp_path, random_tiny, parquet, learning_rate=lr, warmup_ratio=warmup, max_steps=6,
         save_steps=1, max_grad_norm=1e9, convert={"enabled": True},
     )  # fmt: skip
     code, out = sft("--config", str(cfg))
@@ -194,17 +162,17 @@ def test_a_diverging_run_stops_at_the_first_non_finite_value_and_looks_unfinishe
 
 
 def test_a_start_checkpoint_with_nan_weights_is_refused_before_anything(
-    tmp_path: Path, tiny: Path, parquet: Path
+    tmp_path: Path, random_tiny: Path, parquet: Path
 ) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(tiny), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(random_tiny), dtype=torch.float32)
     with torch.no_grad():
         model.model.norm.weight[3] = float("nan")
     bad = tmp_path / "nan-model"
     model.save_pretrained(str(bad))
-    for f in tiny.iterdir():
+    for f in random_tiny.iterdir():
         if "token" in f.name or "template" in f.name:
             shutil.copy(f, bad / f.name)
     code, out = sft("--config", str(recipe(tmp_path, bad, parquet)))
@@ -217,12 +185,12 @@ def test_a_start_checkpoint_with_nan_weights_is_refused_before_anything(
 
 
 def test_a_finished_run_reruns_as_a_no_op_and_completes_a_missing_final(
-    tmp_path: Path, tiny: Path, parquet: Path
+    tmp_path: Path, random_tiny: Path, parquet: Path
 ) -> None:
     """max_steps 3 of 6-step epochs: resumed from its last checkpoint, the Trainer would train
     a 4th step and overwrite final/ and final-bf16/."""
     run = tmp_path / "run"
-    cfg = recipe(tmp_path, tiny, parquet, max_steps=3, convert={"enabled": True})
+    cfg = recipe(tmp_path, random_tiny, parquet, max_steps=3, convert={"enabled": True})
     code, out = sft("--config", str(cfg))
     assert code == 0 and "trained 3 steps" in out, out
     before = tree(run)
@@ -259,11 +227,11 @@ def test_a_finished_run_reruns_as_a_no_op_and_completes_a_missing_final(
 
 
 @pytest.fixture(scope="module")
-def four_steps(tiny: Path, parquet: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def four_steps(random_tiny: Path, parquet: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run of 4 steps, checkpoints at 2 and 4, its final/ removed (as if killed after
     checkpoint-4): copied by each test that breaks one of its files."""
     tmp = tmp_path_factory.mktemp("four-steps")
-    code, out = sft("--config", str(recipe(tmp, tiny, parquet)))
+    code, out = sft("--config", str(recipe(tmp, random_tiny, parquet)))
     assert code == 0, out
     shutil.rmtree(tmp / "run" / "final")
     return tmp / "run"
@@ -302,11 +270,11 @@ def test_a_checkpoint_with_a_truncated_file_is_skipped_saying_which_and_why(
 
 
 def test_resume_past_a_truncated_checkpoint_trains_on_from_the_one_before(
-    four_steps: Path, tmp_path: Path, tiny: Path, parquet: Path
+    four_steps: Path, tmp_path: Path, random_tiny: Path, parquet: Path
 ) -> None:
     shutil.copytree(four_steps, tmp_path / "run")
     _truncate(tmp_path / "run" / "checkpoint-4" / "model.safetensors")
-    code, out = sft("--config", str(recipe(tmp_path, tiny, parquet)))
+    code, out = sft("--config", str(recipe(tmp_path, random_tiny, parquet)))
     assert code == 0 and "Traceback" not in out, out
     assert f"resumed from {tmp_path / 'run' / 'checkpoint-2'}" in out and "trained 4 steps" in out
     assert steps(tmp_path / "run") == [1, 2, 3, 4]  # each step once
@@ -317,7 +285,7 @@ def test_resume_past_a_truncated_checkpoint_trains_on_from_the_one_before(
 
 
 def test_a_moved_run_directory_resumes_with_moved_inputs_of_the_same_content(
-    four_steps: Path, tmp_path: Path, tiny: Path, parquet: Path
+    four_steps: Path, tmp_path: Path, random_tiny: Path, parquet: Path
 ) -> None:
     """The run directory, the model and the data all copied elsewhere (another machine, a
     scratch disk): the same config resumes; a different one, or other data under the same
@@ -325,7 +293,7 @@ def test_a_moved_run_directory_resumes_with_moved_inputs_of_the_same_content(
     here = tmp_path / "elsewhere"
     shutil.copytree(four_steps, here / "run")
     shutil.rmtree(here / "run" / "checkpoint-4")  # as if killed after checkpoint-2
-    shutil.copytree(tiny, here / "model")
+    shutil.copytree(random_tiny, here / "model")
     shutil.copy(parquet, here / "data.parquet")
     cfg = recipe(here, here / "model", here / "data.parquet")
     code, out = sft("--config", str(cfg), "--learning-rate", "0.01")
@@ -389,14 +357,6 @@ def test_a_run_file_of_an_earlier_version_resumes_in_place(tmp_path: Path) -> No
 # ------------------------------------------------------------------ signals
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.is_file():
-        assert proc.poll() is None, "the run ended before the checkpoint was written"
-        assert time.monotonic() < deadline, f"no {path} after {timeout_s} s"
-        time.sleep(0.05)
-
-
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell starts `cmd &`
 
@@ -404,12 +364,12 @@ def _ignore_sigint() -> None:
 @pytest.mark.integration  # processes, signalled
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_background_run_stops_on_a_signal_and_resumes(
-    tmp_path: Path, tiny: Path, parquet: Path, sig: signal.Signals
+    tmp_path: Path, random_tiny: Path, parquet: Path, sig: signal.Signals
 ) -> None:
     """Started with SIGINT ignored (a background job of a non-interactive shell): Ctrl-C or
     `kill -INT` still stops it, and SIGTERM too, with one line saying how to resume."""
     run = tmp_path / "run"
-    cfg = recipe(tmp_path, tiny, parquet, max_steps=12, save_steps=2)
+    cfg = recipe(tmp_path, random_tiny, parquet, max_steps=12, save_steps=2)
     cmd = [sys.executable, "-m", "training.cli", "sft", "--config", str(cfg)]
     env = {**os.environ, "COLUMNS": "300"}
     proc = subprocess.Popen(
@@ -417,7 +377,7 @@ def test_a_background_run_stops_on_a_signal_and_resumes(
         preexec_fn=_ignore_sigint,
     )  # fmt: skip
     try:
-        _wait_for(run / "checkpoint-2" / "trainer_state.json", proc, 240)
+        wait_for_checkpoint(run / "checkpoint-2" / "trainer_state.json", proc, 240)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -471,21 +431,23 @@ def _break_cell(src: Path, dst: Path, row: int, column: str, value: Any) -> Path
     ],
 )
 def test_a_broken_cell_of_the_parquet_is_refused_naming_file_row_and_column(
-    tmp_path: Path, tiny: Path, parquet: Path, column: str, value: Any, why: str
+    tmp_path: Path, random_tiny: Path, parquet: Path, column: str, value: Any, why: str
 ) -> None:
     bad = _break_cell(parquet, tmp_path / "bad.parquet", 3, column, value)
-    code, out = sft("--config", str(recipe(tmp_path, tiny, bad)))
+    code, out = sft("--config", str(recipe(tmp_path, random_tiny, bad)))
     assert code == 2 and "Traceback" not in out, out
     line = next(ln for ln in out.splitlines() if ln.startswith("error:"))
     assert line.startswith(f"error: {bad}: row 3 (id ") and f"column '{column}': {why}" in line
     assert not (tmp_path / "run").exists()  # refused before the run directory is written
 
 
-def test_a_parquet_without_a_column_is_refused(tmp_path: Path, tiny: Path, parquet: Path) -> None:
+def test_a_parquet_without_a_column_is_refused(
+    tmp_path: Path, random_tiny: Path, parquet: Path
+) -> None:
     import pyarrow.parquet as pq
 
     bad = tmp_path / "bad.parquet"
     pq.write_table(pq.read_table(parquet).drop(["tools"]), bad)
-    code, out = sft("--config", str(recipe(tmp_path, tiny, bad)))
+    code, out = sft("--config", str(recipe(tmp_path, random_tiny, bad)))
     assert code == 2 and f"{bad} is not an `astra-train data sft` parquet" in out, out
     assert "tools" in out and not (tmp_path / "run").exists()

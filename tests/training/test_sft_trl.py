@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from astra_agent.errors import ConfigError
-from serving.tiny import TinySpec, build_tiny_checkpoint
+from tests.conftest import run_module
+from tests.training.conftest import wait_for_checkpoint
 from training.cli import app
 from training.sft.common import (
     MetricsLog,
@@ -155,43 +155,8 @@ def test_trl_arguments_follow_the_paper_schedule_and_the_device(tmp_path: Path) 
 # --------------------------------------------------------------------------- the real thing
 
 
-@pytest.fixture(scope="module")
-def random_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    spec = TinySpec(seed=0, behavior="random")
-    return build_tiny_checkpoint(tmp_path_factory.mktemp("rand-tiny") / "fp32", spec)
-
-
-@pytest.fixture(scope="module")
-def arena_parquet(
-    arena_runs: dict[str, Path], random_tiny: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
-    """The 24 training arena trajectories through `astra-train data sft`."""
-    out = tmp_path_factory.mktemp("sft-data")
-    res = CliRunner().invoke(
-        app,
-        [
-            "data",
-            "sft",
-            str(arena_runs["train"]),
-            "--out",
-            str(out),
-            "--tokenizer",
-            str(random_tiny),
-        ],
-    )
-    assert res.exit_code == 0, res.output
-    return out / "sft.parquet"
-
-
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "training.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    return run_module("training.cli", *args, timeout=timeout, env={"COLUMNS": "200"})
 
 
 def _recipe(tmp_path: Path, **kw: Any) -> Path:
@@ -256,14 +221,6 @@ def test_a_short_seeded_run_learns_and_trains_exactly_the_masked_tokens(
     assert json.loads((result.converted / "config.json").read_text())["dtype"] == "bfloat16"
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.is_file():
-        assert proc.poll() is None, "the run ended before the checkpoint was written"
-        assert time.monotonic() < deadline, f"no {path} after {timeout_s} s"
-        time.sleep(0.05)
-
-
 @pytest.mark.integration
 def test_kill_9_mid_run_then_resume_reaches_the_last_step_with_nothing_lost(
     random_tiny: Path, arena_parquet: Path, tmp_path: Path
@@ -283,7 +240,7 @@ def test_kill_9_mid_run_then_resume_reaches_the_last_step_with_nothing_lost(
     cmd = [sys.executable, "-m", "training.cli", "sft", "--config", str(recipe)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(run / "checkpoint-4" / "trainer_state.json", proc, 240)
+        wait_for_checkpoint(run / "checkpoint-4" / "trainer_state.json", proc, 240)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
