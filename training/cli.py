@@ -35,6 +35,7 @@ app.add_typer(data_app, name="data")
 app.add_typer(synth_app, name="synth")  # data synthesis: tool pool → graph → chains
 
 if TYPE_CHECKING:
+    from training.metrics import RLStep
     from training.sft.common import FinishedRun
 
 ENV_PREFIX = "ASTRA_TRAIN_"
@@ -194,17 +195,16 @@ def sft(config: ConfigOpt, overrides: dict[str, Any]) -> None:
     _say_trained(result, cfg.output_dir)
 
 
-def _rl_progress(step: int, total: int, rec: dict[str, Any]) -> None:
-    abf = rec.get("abf") or {}
+def _rl_progress(step: int, total: int, rec: RLStep) -> None:
+    r, abf = rec.rollouts, rec.rollouts.abf
     line = (
-        f"rl step {step}/{total}  reward {rec.get('reward_mean', 0):.3f} "
-        f"(sampled {rec.get('reward_mean_sampled', 0):.3f})  solved {rec.get('solved', 0):.2f}  "
-        f"abf {abf.get('valid', 0)}/{abf.get('sampled', 0)} valid, "
-        f"buffered {abf.get('buffered', 0)}  "
-        f"rollout {rec.get('rollout_s', 0):.1f}s update {rec.get('update_s') or 0:.1f}s"
+        f"rl step {step}/{total}  reward {r.reward_mean:.3f} "
+        f"(sampled {r.reward_mean_sampled:.3f})  solved {r.solved:.2f}  "
+        f"abf {abf.valid}/{abf.sampled} valid, buffered {abf.buffered}  "
+        f"rollout {r.rollout_s:.1f}s update {rec.update.update_s or 0:.1f}s"
     )
-    if "eval_reward" in rec:
-        line += f"  held-out {rec['eval_reward']:.3f}"
+    if rec.heldout is not None:
+        line += f"  held-out {rec.heldout.eval_reward:.3f}"
     err_console.print(line, highlight=False)
 
 

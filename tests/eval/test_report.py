@@ -37,7 +37,15 @@ from eval.report import build_report, render_report
 from eval.results import RESULTS, SUMMARY, write_json_atomic
 from eval.rundir import load_run
 from tests.conftest import run_module
-from tests.eval.test_rundir import arena_record, bfcl_record, bfcl_run, training_run, write_eval
+from tests.eval.test_rundir import (
+    arena_record,
+    bfcl_record,
+    bfcl_run,
+    rl_step,
+    sft_step,
+    training_run,
+    write_eval,
+)
 
 ROOT = Path(__file__).parents[2]
 ATTACK = '</script><img src=x onerror="window.__pwned=1"><!-- \u2028\u2029 ü 漢 <b>bold</b>'
@@ -349,28 +357,29 @@ def sft_log(out: Path) -> Path:
     """An SFT run directory as `astra-train sft` (TRL) leaves it, by its own writers: the
     fingerprint (prepare_run_dir), one metrics record per logging step (MetricsLog, the fields
     of the TRL metrics callback), final/."""
-    from training.sft.common import MetricsLog, prepare_run_dir
+    from training.metrics import MetricsLog, SFTStep
+    from training.sft.common import prepare_run_dir
     from training.sft.config import SFTConfig
 
     recipe = ROOT / "training" / "recipes" / "sft-tiny-cpu.yaml"
     cfg = load_config(SFTConfig, recipe, {"output_dir": out, "max_steps": 40})
     prepare_run_dir(cfg)
-    log = MetricsLog(out / "metrics.jsonl")
+    log = MetricsLog[SFTStep](out / "metrics.jsonl")
     for step in range(1, 41):
         log.append(
-            {
-                "step": step,
-                "loss": 7.6 * math.exp(-step / 12) + 0.05,
-                "learning_rate": 3e-3 * min(1.0, step / 2) * (1 - step / 41),
-                "grad_norm": 3.0 / math.sqrt(step),
-                "tokens": 2000 + 37 * step,
-                "padding_tokens": 0,
-                "trained_tokens": 300,
-                "tokens_per_s": 2400.0 + step,
-                "trained_tokens_per_s": 380.0,
-                "epoch": step / 24,
-                "elapsed_s": 0.8 * step,
-            }
+            sft_step(
+                step,
+                loss=7.6 * math.exp(-step / 12) + 0.05,
+                learning_rate=3e-3 * min(1.0, step / 2) * (1 - step / 41),
+                grad_norm=3.0 / math.sqrt(step),
+                tokens=2000 + 37 * step,
+                padding_tokens=0,
+                trained_tokens=300,
+                tokens_per_s=2400.0 + step,
+                trained_tokens_per_s=380.0,
+                epoch=step / 24,
+                elapsed_s=0.8 * step,
+            )
         )
     (out / "final").mkdir()
     return out
@@ -380,27 +389,28 @@ def rl_log(out: Path) -> Path:
     """An RL run directory as `astra-train rl` (TRL) leaves it mid-run: fingerprint, the
     step records of its metrics callback (rollout statistics, ABF, held-out evaluations every
     2 steps), no final/ yet."""
+    from training.metrics import MetricsLog, RLStep
     from training.rl.config import RLConfig
     from training.rl.run import RUN_FILE
-    from training.sft.common import MetricsLog, prepare_run_dir
+    from training.sft.common import prepare_run_dir
 
     recipe = ROOT / "training" / "recipes" / "rl-tiny-cpu.yaml"
     cfg = load_config(RLConfig, recipe, {"output_dir": out, "steps": 12})
     prepare_run_dir(cfg, RUN_FILE, "astra-train rl")
-    log = MetricsLog(out / "metrics.jsonl")
+    log = MetricsLog[RLStep](out / "metrics.jsonl")
     for step in range(1, 9):
         held = {"eval_reward": 0.4 + 0.05 * step, "eval_solved": 0.25, "eval_tasks": 12}
         log.append(
-            {
-                "step": step,
-                **(held if step % 2 == 1 else {}),
-                "reward_mean": 0.5 + 0.03 * step,
-                "solved": 0.4 + 0.02 * step,
-                "episode_errors": 0,
-                "sampled_tokens": 6400,
-                "rerender_mismatches": step % 3,
-                "rerender_checked": 32,
-                "abf": {
+            rl_step(
+                step,
+                heldout=held if step % 2 == 1 else None,
+                reward_mean=0.5 + 0.03 * step,
+                solved=0.4 + 0.02 * step,
+                episode_errors=0,
+                sampled_tokens=6400,
+                rerender_mismatches=step % 3,
+                rerender_checked=32,
+                abf={
                     "step": step,
                     "sampled": 5,
                     "valid": 4,
@@ -410,14 +420,16 @@ def rl_log(out: Path) -> Path:
                     "buffered": 1,
                     "rounds": 1,
                 },
-                "rollout_s": 12.0,
-                "loss": 0.1 + 0.01 * step,
-                "grad_norm": 0.5,
-                "learning_rate": 2e-4,
-                "clip_fraction": 0.01,
-                "logp_gap": 1.3e-6,
-                "update_s": 7.0,
-            }
+                rollout_s=12.0,
+                update={
+                    "loss": 0.1 + 0.01 * step,
+                    "grad_norm": 0.5,
+                    "learning_rate": 2e-4,
+                    "clip_fraction": 0.01,
+                    "logp_gap": 1.3e-6,
+                    "update_s": 7.0,
+                },
+            )
         )
     return out
 

@@ -18,7 +18,7 @@ from eval.bfcl.runner import PUBLISHED, BFCLRecord
 from eval.bfcl.runner import summarize as summarize_bfcl
 from eval.results import CONFIG, RESULTS, SUMMARY, RunMeta, write_json_atomic
 from eval.rundir import detect_kind, load_run, load_runs, unique_names
-from training.sft.common import MetricsLog
+from training.metrics import ABFStats, Heldout, MetricsLog, RLStep, Rollouts, SFTStep, Update
 
 
 def bfcl_record(i: int, category: str = "base", valid: bool = True) -> BFCLRecord:
@@ -81,15 +81,44 @@ def training_run(out: Path, kind: str, steps: int = 3, final: bool = True) -> Pa
     name = {"sft": "astra-sft.json", "rl": "astra-rl.json"}[kind]
     planned = {"sft": {"max_steps": 10}, "rl": {"steps": 10}}[kind]
     (out / name).write_text(json.dumps({"fingerprint": planned, "digest": "x"}))
-    log = MetricsLog(out / "metrics.jsonl")
+    log: MetricsLog[Any] = MetricsLog(out / "metrics.jsonl")
     for s in range(1, steps + 1):
         if kind == "sft":
-            log.append({"step": s, "loss": 3.0 / s, "learning_rate": 1e-3, "tokens": 100})
+            log.append(sft_step(s, loss=3.0 / s, learning_rate=1e-3, tokens=100))
         else:
-            log.append({"step": s, "reward_mean": 0.1 * s, "loss": 0.1, "abf": {"valid": 4}})
+            log.append(rl_step(s, reward_mean=0.1 * s, update={"loss": 0.1}, abf={"valid": 4}))
     if final:
         (out / "final").mkdir()
     return out
+
+
+def sft_step(step: int, **fields: Any) -> SFTStep:
+    """An SFT step record of ``fields``, the others 0 (or not logged)."""
+    zero = {
+        "loss": 0.0, "learning_rate": None, "grad_norm": None, "tokens": 0, "padding_tokens": 0,
+        "trained_tokens": 0, "tokens_per_s": 0.0, "trained_tokens_per_s": 0.0, "epoch": None,
+        "elapsed_s": 0.0,
+    }  # fmt: skip
+    return SFTStep(step=step, **(zero | fields))
+
+
+def rl_step(
+    step: int,
+    heldout: dict[str, Any] | None = None,
+    abf: dict[str, Any] | None = None,
+    update: dict[str, Any] | None = None,
+    **rollouts: Any,
+) -> RLStep:
+    """An RL step record: ``heldout`` (none by default), ``rollouts`` and ``abf`` (the others
+    0), ``update`` (the others None)."""
+    zero_abf = dict.fromkeys(ABFStats.model_fields, 0) | {"step": step}
+    zero = dict.fromkeys(Rollouts.model_fields, 0)
+    return RLStep(
+        step=step,
+        heldout=Heldout(**heldout) if heldout else None,
+        rollouts=Rollouts(**(zero | rollouts | {"abf": ABFStats(**(zero_abf | (abf or {})))})),
+        update=Update(**(dict.fromkeys(Update.model_fields) | (update or {}))),
+    )
 
 
 # ------------------------------------------------------------------ detection

@@ -17,14 +17,11 @@ from typer.testing import CliRunner
 
 from astra_agent.errors import ConfigError
 from tests.conftest import run_module
+from tests.eval.test_rundir import sft_step
 from tests.training.conftest import wait_for_checkpoint
 from training.cli import app
-from training.sft.common import (
-    MetricsLog,
-    grad_accumulation,
-    last_complete_checkpoint,
-    prepare_run_dir,
-)
+from training.metrics import MetricsLog, SFTStep
+from training.sft.common import grad_accumulation, last_complete_checkpoint, prepare_run_dir
 from training.sft.config import SFTConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,13 +113,13 @@ def test_a_global_batch_the_micro_batch_does_not_divide_is_refused(tmp_path: Pat
 
 def test_metrics_on_resume_keep_each_step_once_and_the_running_totals(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
-    log = MetricsLog(path)
+    log = MetricsLog[SFTStep](path)
     for step in (1, 2, 3, 4):
-        log.append({"step": step, "trained_tokens": 10, "tokens": 100})
+        log.append(sft_step(step, trained_tokens=10, tokens=100))
     with path.open("a") as f:
         f.write('{"step": 5, "trained_')  # a torn line of a killed writer
-    resumed = MetricsLog(path, resume_step=2)
-    resumed.append({"step": 3, "trained_tokens": 1, "tokens": 2})
+    resumed = MetricsLog[SFTStep](path, resume_step=2)
+    resumed.append(sft_step(3, trained_tokens=1, tokens=2))
     rows = MetricsLog.read(path)
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert rows[-1]["trained_tokens_total"] == 21 and rows[-1]["tokens_total"] == 202

@@ -16,13 +16,14 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from astra_agent.arena import ArenaTask, LoadReport, load_arena_file, parse_record
 from astra_agent.errors import AstraError, ConfigError
 from astra_agent.sandbox import scrub_surrogates
+from training.metrics import ABFStats, Heldout, RLStep, Rollouts
 from training.rl.config import RLConfig
 from training.rl.core import AdaptiveBatchFiller, Group, group_advantages
 from training.rl.generate import TokenGenerator
@@ -155,30 +156,35 @@ class StepBatch:
     step: int
     groups: list[GroupResult]
     advantages: list[float]
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: Rollouts | None = None  # None: a batch put together by hand (tests), not rolled out
 
     @property
     def episodes(self) -> list[Episode]:
         return [e for g in self.groups for e in g.episodes]
 
 
-def _episode_stats(episodes: list[Episode]) -> dict[str, Any]:
+def _rollouts(
+    episodes: list[Episode], sampled: list[Episode], abf: ABFStats, rollout_s: float
+) -> Rollouts:
     n = max(len(episodes), 1)
     tokens = [e.trajectory.tokens for e in episodes if e.trajectory.tokens is not None]
     checked = [t for t in tokens if t.rerender_match is not None]
-    return {
-        "reward_mean": sum(e.score for e in episodes) / n,
-        "solved": sum(1 for e in episodes if e.reward and e.reward.fully_solved) / n,
-        "episode_errors": sum(1 for e in episodes if e.error),
-        "sampled_tokens": sum(t.sampled_tokens for t in tokens),
-        "response_tokens": sum(len(t.response_ids) for t in tokens),
-        "prompt_tokens": sum(len(t.prompt_ids) for t in tokens),
-        "rerender_mismatches": sum(1 for t in checked if not t.rerender_match),
-        "rerender_checked": len(checked),
-        "model_s": sum(e.trajectory.timings.model_s for e in episodes),
-        "tools_s": sum(e.trajectory.timings.tools_s for e in episodes),
-        "turns_mean": sum(e.trajectory.steps for e in episodes) / n,
-    }
+    return Rollouts(
+        reward_mean=sum(e.score for e in episodes) / n,
+        solved=sum(1 for e in episodes if e.reward and e.reward.fully_solved) / n,
+        episode_errors=sum(1 for e in episodes if e.error),
+        sampled_tokens=sum(t.sampled_tokens for t in tokens),
+        response_tokens=sum(len(t.response_ids) for t in tokens),
+        prompt_tokens=sum(len(t.prompt_ids) for t in tokens),
+        rerender_mismatches=sum(1 for t in checked if not t.rerender_match),
+        rerender_checked=len(checked),
+        model_s=sum(e.trajectory.timings.model_s for e in episodes),
+        tools_s=sum(e.trajectory.timings.tools_s for e in episodes),
+        turns_mean=sum(e.trajectory.steps for e in episodes) / n,
+        reward_mean_sampled=sum(e.score for e in sampled) / len(sampled) if sampled else 0.0,
+        abf=abf,
+        rollout_s=rollout_s,
+    )
 
 
 class RolloutFailed(AstraError):
@@ -277,16 +283,15 @@ class BatchCollector:
             eps=self.cfg.advantage_eps,
             scale=self.cfg.advantage_scale,
         )
-        out = _episode_stats(episodes)
-        sampled_eps = [e for g in sampled for e in g.episodes]
-        out["reward_mean_sampled"] = (
-            sum(e.score for e in sampled_eps) / len(sampled_eps) if sampled_eps else 0.0
+        out = _rollouts(
+            episodes,
+            [e for g in sampled for e in g.episodes],
+            ABFStats(**stats.as_dict()),
+            round(time.monotonic() - t0, 3),
         )
-        out["abf"] = stats.as_dict()
-        out["rollout_s"] = round(time.monotonic() - t0, 3)
         return StepBatch(step, chosen, adv, out)
 
-    async def evaluate(self, generator: TokenGenerator, tasks: list[ArenaTask]) -> dict[str, float]:
+    async def evaluate(self, generator: TokenGenerator, tasks: list[ArenaTask]) -> Heldout:
         """Held-out tasks, once each at temperature 0, with the training reward."""
         greedy = replace(self.settings, sampling=replace(self.settings.sampling, temperature=0.0))
         results = await asyncio.gather(
@@ -307,11 +312,11 @@ class BatchCollector:
         )
         eps = [e for r in results for e in r.episodes]
         n = max(len(eps), 1)
-        return {
-            "eval_reward": sum(e.score for e in eps) / n,
-            "eval_solved": sum(1 for e in eps if e.reward and e.reward.fully_solved) / n,
-            "eval_tasks": len(eps),
-        }
+        return Heldout(
+            eval_reward=sum(e.score for e in eps) / n,
+            eval_solved=sum(1 for e in eps if e.reward and e.reward.fully_solved) / n,
+            eval_tasks=len(eps),
+        )
 
 
-ProgressHook = Callable[[int, int, dict[str, Any]], None]
+ProgressHook = Callable[[int, int, RLStep], None]

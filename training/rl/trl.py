@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import AstraError, ConfigError
+from training.metrics import METRICS_FILE, Heldout, MetricsLog, RLStep, Rollouts, Update
 from training.rl.batch import BatchCollector, ProgressHook, StepBatch
 from training.rl.config import RLConfig
 from training.rl.core import policy_loss
@@ -131,7 +132,7 @@ def _trainer_class() -> type:
         collector: BatchCollector
         runner: asyncio.Runner
         heldout: list[Any]
-        step_stats: dict[str, Any]
+        rolled: _Rolled | None = None
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             model: Any = self.model
@@ -139,14 +140,14 @@ def _trainer_class() -> type:
                 raise ConfigError("evaluation goes through BatchCollector.evaluate, not TRL's")
             step = self.state.global_step + 1
             self.runner.run(self.engine.sync(self.model, step - 1))
-            stats: dict[str, Any] = {}
+            held = None
             if self.rl.eval_every and self.heldout and (step - 1) % self.rl.eval_every == 0:
-                stats.update(
-                    self.runner.run(self.collector.evaluate(self.engine.generator, self.heldout))
-                )
+                held = self.runner.run(self.collector.evaluate(self.engine.generator, self.heldout))
             batch = self.runner.run(self.collector.collect(self.engine.generator, step))
-            stats.update(batch.stats)
-            self.step_stats = {"step": step, **stats, "_t_update": time.monotonic()}
+            rollouts = batch.stats
+            self.rolled = (
+                _Rolled(step, held, rollouts, time.monotonic()) if rollouts is not None else None
+            )
             tokenizer: Any = self.processing_class
             pad = tokenizer.pad_token_id or 0
             out = batch_tensors(batch, pad)
@@ -249,7 +250,19 @@ def _state_hooks(trainer: Any, collector: BatchCollector) -> None:
     trainer._save_checkpoint = save
 
 
-def _metrics_callback(trainer: Any, metrics: Any, progress: ProgressHook | None) -> Any:
+@dataclass(frozen=True)
+class _Rolled:
+    """A step rolled out, its update not logged yet."""
+
+    step: int
+    heldout: Heldout | None
+    rollouts: Rollouts
+    t_update: float  # when the update began
+
+
+def _metrics_callback(
+    trainer: Any, metrics: MetricsLog[RLStep], progress: ProgressHook | None
+) -> Any:
     """One metrics.jsonl record per optimizer step: rollout statistics (reward, solved share,
     ABF, tokens, times) joined with TRL's log of the update (loss, grad norm, lr, clipping)."""
     from transformers import TrainerCallback
@@ -258,19 +271,20 @@ def _metrics_callback(trainer: Any, metrics: Any, progress: ProgressHook | None)
 
     class Metrics(TrainerCallback):
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
-            stats = dict(getattr(trainer, "step_stats", {}) or {})
-            if not logs or "loss" not in logs or stats.get("step") != state.global_step:
+            rolled: _Rolled | None = trainer.rolled
+            if not logs or "loss" not in logs or rolled is None or rolled.step != state.global_step:
                 return
-            t_update = stats.pop("_t_update", None)
-            rec = {
-                **stats,
-                "loss": logs.get("loss"),
-                "grad_norm": logs.get("grad_norm"),
-                "learning_rate": logs.get("learning_rate"),
-                "clip_fraction": logs.get("clip_ratio/region_mean"),
-                "logp_gap": logs.get("sampling/logp_gap"),
-                "update_s": round(time.monotonic() - t_update, 3) if t_update else None,
-            }
+            update = Update(
+                loss=logs.get("loss"),
+                grad_norm=logs.get("grad_norm"),
+                learning_rate=logs.get("learning_rate"),
+                clip_fraction=logs.get("clip_ratio/region_mean"),
+                logp_gap=logs.get("sampling/logp_gap"),
+                update_s=round(time.monotonic() - rolled.t_update, 3),
+            )
+            rec = RLStep(
+                step=rolled.step, heldout=rolled.heldout, rollouts=rolled.rollouts, update=update
+            )
             metrics.append(rec)
             if progress:
                 progress(state.global_step, total, rec)
@@ -363,7 +377,7 @@ def run_trl(cfg: RLConfig, progress: ProgressHook | None = None) -> RLResult:
     from transformers.utils import logging as hf_logging
 
     from training.rl.run import finish, open_run_dir, prepare
-    from training.sft.common import MetricsLog, checkpoint_step, finished_run
+    from training.sft.common import checkpoint_step, finished_run
 
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()
@@ -387,8 +401,8 @@ def run_trl(cfg: RLConfig, progress: ProgressHook | None = None) -> RLResult:
         engine = make_engine(cfg, model, device_of(cfg))
         trainer = build_trainer(cfg, model, tokenizer, tasks, collector, engine, runner)
         trainer.heldout = heldout
-        metrics = MetricsLog(
-            cfg.output_dir / "metrics.jsonl",
+        metrics = MetricsLog[RLStep](
+            cfg.output_dir / METRICS_FILE,
             checkpoint_step(run.checkpoint) if run.checkpoint else None,
         )
         trainer.add_callback(_metrics_callback(trainer, metrics, progress))

@@ -1,6 +1,7 @@
 """What every SFT backend shares (and the RL backends reuse): input checks, the run
 directory's fingerprint, checkpoints to resume from, a finished run, the guard against a run
-that diverges (``training.sft.guard``), the batch arithmetic and the metrics JSONL.
+that diverges (``training.sft.guard``) and the batch arithmetic (the metrics JSONL is
+:mod:`training.metrics`).
 
 The output directory of a run holds ``astra-sft.json`` (the config's fingerprint: what must match
 to resume), ``checkpoint-N/`` (complete once ``trainer_state.json`` is in it: the trainer writes it
@@ -29,19 +30,15 @@ from typing import Any, ClassVar
 
 from astra_agent.errors import CheckpointError, ConfigError
 from astra_agent.runio import (
-    append_jsonl,
     building_dir,
     config_differences,
-    drop_torn_tail,
     file_sha256,
-    read_json_lines,
-    write_lines_atomic,
     write_text_atomic,
 )
+from training.metrics import METRICS_FILE
 from training.sft.config import SFTConfig
 
 RUN_FILE = "astra-sft.json"
-METRICS_FILE = "metrics.jsonl"
 FINAL_DIR = "final"
 CONVERTED_DIR = "final-bf16"
 log = logging.getLogger(__name__)
@@ -456,38 +453,3 @@ def finished_run(
         convert_final(cfg, final)
         wrote.append(str(converted))
     return FinishedRun(checkpoint, checkpoint_step(checkpoint), final, converted, wrote)
-
-
-class MetricsLog:
-    """``OUTPUT_DIR/metrics.jsonl``: one record per logging step, each appended whole.
-
-    On resume from step S the records after S (written after the checkpoint, so about to be
-    redone) are dropped first: the file then holds each step once, and the running totals go on
-    from the last kept record."""
-
-    def __init__(self, path: Path, resume_step: int | None = None) -> None:
-        self.path = path
-        self.totals: dict[str, float] = {}
-        if resume_step is None:
-            path.unlink(missing_ok=True)
-            return
-        drop_torn_tail(path)
-        kept = [r for r in self.read(path) if int(r.get("step", 0)) <= resume_step]
-        write_lines_atomic(path, (json.dumps(r) + "\n" for r in kept))
-        if kept:
-            self.totals = {k: v for k, v in kept[-1].items() if k.endswith("_total")}
-
-    @staticmethod
-    def read(path: Path) -> list[dict[str, Any]]:
-        if not path.is_file():
-            return []
-        return read_json_lines(path)
-
-    def append(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Add ``record`` (its ``*_total`` fields are running sums of the plain ones)."""
-        for key in ("tokens", "trained_tokens", "padding_tokens"):
-            if key in record:
-                total = self.totals.get(f"{key}_total", 0) + record[key]
-                self.totals[f"{key}_total"] = record[f"{key}_total"] = total
-        append_jsonl(self.path, record, fsync=False)
-        return record

@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
+from training.metrics import METRICS_FILE, MetricsLog, SFTStep
 from training.sft.common import (
-    METRICS_FILE,
     FinishedRun,
-    MetricsLog,
     check_model,
     check_run_dir,
     check_sft_parquet,
@@ -152,7 +151,7 @@ def trl_args(cfg: SFTConfig, device: str, **extra: Any) -> Any:
 
 
 def _metrics_callback(
-    metrics: MetricsLog, counts: TokenCounts, progress: ProgressHook | None
+    metrics: MetricsLog[SFTStep], counts: TokenCounts, progress: ProgressHook | None
 ) -> Any:
     from transformers import TrainerCallback
 
@@ -171,19 +170,19 @@ def _metrics_callback(
             span = max(now - self.last, 1e-9)
             self.last = now
             metrics.append(
-                {
-                    "step": state.global_step,
-                    "loss": logs["loss"],
-                    "learning_rate": logs.get("learning_rate"),
-                    "grad_norm": logs.get("grad_norm"),
-                    "tokens": tokens,
-                    "padding_tokens": padding,
-                    "trained_tokens": trained,
-                    "tokens_per_s": tokens / span,
-                    "trained_tokens_per_s": trained / span,
-                    "epoch": logs.get("epoch"),
-                    "elapsed_s": now - self.start,
-                }
+                SFTStep(
+                    step=state.global_step,
+                    loss=logs["loss"],
+                    learning_rate=logs.get("learning_rate"),
+                    grad_norm=logs.get("grad_norm"),
+                    tokens=tokens,
+                    padding_tokens=padding,
+                    trained_tokens=trained,
+                    tokens_per_s=tokens / span,
+                    trained_tokens_per_s=trained / span,
+                    epoch=logs.get("epoch"),
+                    elapsed_s=now - self.start,
+                )
             )
             if progress:
                 progress(state.global_step, state.max_steps, float(logs["loss"]))
@@ -310,7 +309,9 @@ def run_trl(cfg: SFTConfig, progress: ProgressHook | None = None) -> SFTResult:
     prepare_run_dir(cfg)
     if not resume:
         set_aside(cfg.output_dir)
-    metrics = MetricsLog(cfg.output_dir / METRICS_FILE, checkpoint_step(ckpt) if ckpt else None)
+    metrics = MetricsLog[SFTStep](
+        cfg.output_dir / METRICS_FILE, checkpoint_step(ckpt) if ckpt else None
+    )
     counts = TokenCounts()
     device = device_of(cfg)
     trainer = make_trainer(
