@@ -35,6 +35,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from eval.bfcl.official import CATEGORIES, OFFICIAL_FC_MODEL, load_category
+from eval.results import SUMMARY
+from eval.summaries import BFCLSummary
 
 
 @contextlib.contextmanager
@@ -159,8 +161,8 @@ def run_ours(
         capture_output=True,
     )
     wall = time.perf_counter() - t0
-    summary = json.loads((work / "summary.json").read_text())
-    return summary["accuracy"][category], wall
+    summary = BFCLSummary.model_validate_json((work / SUMMARY).read_text())
+    return summary.accuracy[category], wall
 
 
 def main() -> None:

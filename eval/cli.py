@@ -24,6 +24,7 @@ from eval.arenas.runner import ArenaEvalConfig
 from eval.bfcl.runner import BFCLConfig
 from eval.general.runner import GeneralEvalConfig
 from eval.runner import ProgressEvent
+from eval.summaries import ArenaSummary, BFCLSummary
 
 app = typer.Typer(
     name="astra-eval",
@@ -107,8 +108,8 @@ def arenas(ctx: typer.Context, *, overrides: dict[str, Any]) -> None:
     console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
 
 
-def _print_arenas(summary: dict[str, Any]) -> None:
-    table = Table(title=f"arenas: {summary['tasks']} tasks, model {summary.get('model')}")
+def _print_arenas(summary: ArenaSummary) -> None:
+    table = Table(title=f"arenas: {summary.tasks} tasks, model {summary.model}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key in (
@@ -119,16 +120,16 @@ def _print_arenas(summary: dict[str, Any]) -> None:
         "tool_calls_per_task",
         "wall_s",
     ):
-        table.add_row(key, str(summary.get(key)))
-    table.add_row("errors", ", ".join(f"{k}={v}" for k, v in summary["errors"].items()) or "none")
-    table.add_row("terminations", ", ".join(f"{k}={v}" for k, v in summary["terminations"].items()))
+        table.add_row(key, str(getattr(summary, key)))
+    table.add_row("errors", ", ".join(f"{k}={v}" for k, v in summary.errors.items()) or "none")
+    table.add_row("terminations", ", ".join(f"{k}={v}" for k, v in summary.terminations.items()))
     console.print(table)
     domains = Table(title="by domain")
     for col in ("domain", "tasks", "mean_reward", "fully_solved"):
         domains.add_column(col, justify="left" if col == "domain" else "right")
-    for name, row in summary["domains"].items():
-        reward, solved = f"{row['mean_reward']:.4f}", f"{row['fully_solved']:.0%}"
-        domains.add_row(escape(name), str(row["tasks"]), reward, solved)
+    for name, row in summary.domains.items():
+        reward, solved = f"{row.mean_reward:.4f}", f"{row.fully_solved:.0%}"
+        domains.add_row(escape(name), str(row.tasks), reward, solved)
     console.print(domains)
 
 
@@ -212,18 +213,18 @@ def bfcl(
     console.print(f"results: {cfg.out}/results.jsonl, summary.json, leaderboard.csv")
 
 
-def _print_bfcl(summary: dict[str, Any]) -> None:
+def _print_bfcl(summary: BFCLSummary) -> None:
     from eval.bfcl.runner import PUBLISHED, overall_label
 
     cats = ("base", "miss_func", "miss_param", "long_context")
-    table = Table(title=f"BFCL-V3 multi-turn: {summary['entries']} entries, {summary['model']}")
+    table = Table(title=f"BFCL-V3 multi-turn: {summary.entries} entries, {summary.model}")
     for col in ("model", "overall", *cats):
         table.add_column(col, justify="right")
-    acc = summary["accuracy"]
-    partial = summary.get("overall_partial")
+    acc = summary.accuracy
+    partial = summary.overall_partial
     table.add_row(
-        f"{summary['model']} (measured)",
-        f"{summary['overall']:.2f}" + (" (partial)" if partial else ""),
+        f"{summary.model} (measured)",
+        f"{summary.overall:.2f}" + (" (partial)" if partial else ""),
         *(f"{acc[c]:.2f}" if c in acc else "-" for c in cats),
     )
     for name, row in PUBLISHED.items():
@@ -235,11 +236,11 @@ def _print_bfcl(summary: dict[str, Any]) -> None:
     console.print(table)
     if partial:
         console.print(
-            f"{overall_label(summary)}: the mean of {len(acc)} of 4 categories, not "
+            f"{overall_label(acc, partial)}: the mean of {len(acc)} of 4 categories, not "
             "comparable with the published overall"
         )
-    if summary["errors"]:
-        console.print("failures: " + ", ".join(f"{k}={v}" for k, v in summary["errors"].items()))
+    if summary.errors:
+        console.print("failures: " + ", ".join(f"{k}={v}" for k, v in summary.errors.items()))
 
 
 @bfcl_app.command("parity")
@@ -411,22 +412,22 @@ def general(
     cfg = load_config(GeneralEvalConfig, None, overrides, env_prefix=ENV_PREFIX)
     err_console.print(f"general: {', '.join(cfg.tasks)} against {cfg.model.base_url}")
     summary = evaluate_general(cfg)
-    table = Table(title=f"general: {summary['samples']} samples, model {summary['model']}")
+    table = Table(title=f"general: {summary.samples} samples, model {summary.model}")
     for col in ("task", "metric", "value"):
         table.add_column(col, justify="left" if col != "value" else "right")
-    for task, metrics in summary["tasks"].items():
+    for task, metrics in summary.tasks.items():
         for name, value in metrics.items():
             table.add_row(escape(task), escape(name), f"{value:.4f}")
     console.print(table)
-    for note in summary.get("notes") or []:
+    for note in summary.notes:
         console.print(f"note: {escape(note)}")
-    if summary["errors"]:
+    if summary.errors:
         console.print(
-            f"{summary['errors']} of {summary['samples']} sample(s) got no usable reply "
+            f"{summary.errors} of {summary.samples} sample(s) got no usable reply "
             "(inference errors, left out of the metrics; see results.jsonl): "
             "--retry-errors re-runs them"
         )
-    aime = summary["published"]["AIME"]
+    aime = summary.published["AIME"]
     console.print(
         f"published AIME (paper): {' / '.join(f'{x:.2f}' for x in aime['figures'])} for "
         f"{' / '.join(aime['models'])} (which is which: unconfirmed); compare like with like"

@@ -36,9 +36,11 @@ from eval.results import (
     prepare_results_dir,
     read_results,
 )
+from eval.summaries import EvalSummary
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+S = TypeVar("S", bound=EvalSummary)
 
 
 class RunConfig(BaseModel):
@@ -212,7 +214,7 @@ async def run_items(
 
 
 @dataclass(frozen=True)
-class EvalSpec(Generic[T, R]):
+class EvalSpec(Generic[T, R, S]):
     """One model-backed eval, for :func:`run_eval`."""
 
     items: Sequence[T]
@@ -220,14 +222,16 @@ class EvalSpec(Generic[T, R]):
     one: Callable[[T, ChatModel], Awaitable[R]]
     record: type[R]
     fingerprint: dict[str, Any]  # what the results depend on besides the model and sampling
-    summarize: Callable[[list[R]], dict[str, Any]]
+    summarize: Callable[[list[R]], dict[str, Any]]  # the eval's figures of summary.json
+    summary: type[S]  # summary.json as its readers take it (eval.summaries)
 
 
 async def run_eval(
-    cfg: RunConfig, spec: EvalSpec[T, R], progress: ProgressHook[R] | None = None
-) -> tuple[dict[str, Any], RunResult[R]]:
+    cfg: RunConfig, spec: EvalSpec[T, R, S], progress: ProgressHook[R] | None = None
+) -> tuple[S, RunResult[R]]:
     """Check ``--out``, check the endpoint, continue the results there, run, and write
-    ``summary.json`` (also when the endpoint dies: what is recorded is summarized)."""
+    ``summary.json`` (also when the endpoint dies: what is recorded is summarized); return
+    the summary as its readers take it."""
     ensure_writable_dir(cfg.out)
     model = ChatModel(cfg.model)
     t0 = time.monotonic()
@@ -255,15 +259,15 @@ async def run_eval(
     return summary, result
 
 
-def read_selected(out: Path, spec: EvalSpec[T, R]) -> list[R]:
+def read_selected(out: Path, spec: EvalSpec[T, R, S]) -> list[R]:
     """The records in ``out`` of the items ``spec`` selects, each id once."""
     done = read_results(out / RESULTS, spec.record)
     return [done[k] for k in map(spec.key, spec.items) if k in done]
 
 
 def _write_summary(
-    out: Path, spec: EvalSpec[T, R], records: list[R], total: int, model: str, t0: float
-) -> dict[str, Any]:
+    out: Path, spec: EvalSpec[T, R, S], records: list[R], total: int, model: str, t0: float
+) -> S:
     summary = {
         **spec.summarize(records),
         "total": total,
@@ -272,4 +276,4 @@ def _write_summary(
         "model": model,
     }
     write_json_atomic(out / SUMMARY, summary)
-    return summary
+    return spec.summary.model_validate(summary)

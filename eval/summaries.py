@@ -1,8 +1,11 @@
-"""What the run-directory readers (:mod:`eval.rundir`: the report, comparisons) take of each
-eval's ``summary.json``: the fields they read, with the types the evals write them in, checked
-strictly (``"50"`` is not a number, ``null`` is not a dictionary); a field they do not read may
-hold anything. A summary that does not validate is not used: the figures are computed from the
-records instead."""
+"""Each eval's ``summary.json`` as its readers take it: the fields they read, with the types the
+evals write them in, checked strictly (``"50"`` is not a number, ``null`` is not a dictionary);
+a field they do not read may hold anything (it is kept, untyped).
+
+The readers are the run-directory readers (:mod:`eval.rundir`: the report, comparisons), where a
+summary that does not validate is not used (the figures are computed from the records instead),
+and the evals' callers: :func:`eval.runner.run_eval` and ``evaluate_general`` return the summary
+they wrote as one of these (so a writer that broke its readers' types fails its own run)."""
 
 from __future__ import annotations
 

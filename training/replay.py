@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -24,6 +24,7 @@ from astra_agent.errors import ConfigError
 from astra_agent.testing.scripted_server import ScriptedServer
 from eval.arenas import DATA_DIR, ArenaEvalConfig, evaluate_arenas, replay_script
 from eval.results import RESULTS
+from eval.summaries import ArenaSummary
 
 TRAIN_TASKS = DATA_DIR / "train.jsonl"
 
@@ -34,7 +35,7 @@ async def replay_arenas(
     *,
     concurrency: int = 4,
     unsafe_no_sandbox: bool = False,
-) -> tuple[Path, dict[str, Any]]:
+) -> tuple[Path, ArenaSummary]:
     """Replay every task of ``data`` into ``out``; return ``(OUT/results.jsonl, summary)``.
 
     A task whose replay does not reach reward 1.0 would teach a wrong chain: that is a
@@ -52,10 +53,10 @@ async def replay_arenas(
             model={"base_url": srv.base_url, "temperature": 0.0},
         )
         summary = await evaluate_arenas(cfg)
-    if summary.get("fully_solved") != 1.0:
+    if summary.fully_solved != 1.0:
         raise ConfigError(
             f"the replay of {data} did not solve every task (fully_solved "
-            f"{summary.get('fully_solved')}, errors {summary.get('errors')})",
+            f"{summary.fully_solved}, errors {summary.errors})",
             hint=f"run `astra-eval arenas validate {data}` to find the broken reference chains",
         )
     return out / RESULTS, summary
@@ -81,7 +82,7 @@ def main(
     path, summary = asyncio.run(
         replay_arenas(data, out, concurrency=concurrency, unsafe_no_sandbox=unsafe_no_sandbox)
     )
-    console.print(f"{summary['tasks']} trajectories (all solved) written to {path}")
+    console.print(f"{summary.tasks} trajectories (all solved) written to {path}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from astra_agent.trajectory import Termination, Trajectory
 from eval.arenas.checks import task_findings
 from eval.results import EvalRecord
 from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
+from eval.summaries import ArenaSummary
 
 
 class ArenaEvalConfig(RunConfig):
@@ -145,7 +146,7 @@ def load_tasks(path: Path) -> LoadReport:
 
 async def evaluate_arenas(
     cfg: ArenaEvalConfig, progress: ProgressHook[ArenaRecord] | None = None
-) -> dict[str, Any]:
+) -> ArenaSummary:
     """Run every task (append one whole record per task, resume), write summary.json."""
     report = load_tasks(cfg.data)
     if not cfg.unsafe_no_sandbox and not bwrap_available():
@@ -167,6 +168,7 @@ async def evaluate_arenas(
         record=ArenaRecord,
         fingerprint=cfg.fingerprint(),
         summarize=summary_of,
+        summary=ArenaSummary,
     )
     summary, _ = await run_eval(cfg, spec, progress)
     return summary

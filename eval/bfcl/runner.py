@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from eval.bfcl.checker import check_entry
 from eval.bfcl.official import CATEGORIES, PINNED, Entry, held_out_tools, load_category
 from eval.results import ErrorKind, EvalRecord
 from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
+from eval.summaries import BFCLSummary
 
 STEP_LIMIT = 20  # the official MAXIMUM_STEP_LIMIT
 OFFICIAL_CALLS = CallPolicy(check_names=False, check_arguments=False, end_on_undecodable=True)
@@ -218,25 +220,26 @@ def summarize(records: list[BFCLRecord]) -> dict[str, Any]:
     }
 
 
-def overall_label(summary: dict[str, Any]) -> str:
-    """How the overall figure is named: partial over fewer than four categories."""
-    if not summary.get("overall_partial"):
+def overall_label(accuracy: Iterable[str], partial: bool) -> str:
+    """How the overall figure is named: partial over fewer than four categories (those of
+    ``accuracy``)."""
+    if not partial:
         return "overall"
-    return f"partial overall ({', '.join(summary['accuracy']) or 'no category'})"
+    return f"partial overall ({', '.join(accuracy) or 'no category'})"
 
 
-def write_leaderboard(out: Path, summary: dict[str, Any]) -> None:
+def write_leaderboard(out: Path, summary: BFCLSummary) -> None:
     """``leaderboard.csv``: the measured row (marked when its overall is partial) above the
     published ones."""
     cols = ["Model", "Multi Turn Overall Acc", "Base", "Miss Func", "Miss Param", "Long Context"]
-    acc = summary["accuracy"]
-    name = summary["model"]
-    if summary.get("overall_partial"):
-        name += f" [{overall_label(summary)}]"
+    acc = summary.accuracy
+    name = str(summary.model)
+    if summary.overall_partial:
+        name += f" [{overall_label(acc, True)}]"
     text = io.StringIO(newline="")
     w = csv.writer(text)
     w.writerow(cols)
-    w.writerow([name, summary["overall"], *(acc.get(c, "") for c in CATEGORIES)])
+    w.writerow([name, summary.overall, *(acc.get(c, "") for c in CATEGORIES)])
     for model, row in PUBLISHED.items():
         w.writerow([f"{model} (published)", row["overall"], *(row.get(c, "") for c in CATEGORIES)])
     write_text_atomic(out / "leaderboard.csv", text.getvalue())
@@ -244,7 +247,7 @@ def write_leaderboard(out: Path, summary: dict[str, Any]) -> None:
 
 async def evaluate_bfcl(
     cfg: BFCLConfig, progress: ProgressHook[BFCLRecord] | None = None
-) -> dict[str, Any]:
+) -> BFCLSummary:
     """Run the selected entries (append one whole record per entry, resume), write
     summary.json and leaderboard.csv."""
     entries = select(cfg)
@@ -261,6 +264,7 @@ async def evaluate_bfcl(
         record=BFCLRecord,
         fingerprint=cfg.fingerprint(),
         summarize=summary_of,
+        summary=BFCLSummary,
     )
     summary, _ = await run_eval(cfg, spec, progress)
     write_leaderboard(cfg.out, summary)

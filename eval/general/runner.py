@@ -49,6 +49,7 @@ from eval.results import (
     prepare_results_dir,
 )
 from eval.runner import EndpointDied
+from eval.summaries import GeneralSummary
 
 if TYPE_CHECKING:
     from eval.general.backend import AstraChatLM, Generation
@@ -227,7 +228,7 @@ def _backend(cfg: GeneralEvalConfig, served: str) -> AstraChatLM:
     )
 
 
-def evaluate_general(cfg: GeneralEvalConfig) -> dict[str, Any]:
+def evaluate_general(cfg: GeneralEvalConfig) -> GeneralSummary:
     """Check --out, the tasks and the endpoint; run the tasks (with --retry-errors, only the
     samples recorded as errors in --out); write results.jsonl and summary.json (only when the
     run completes) and return the summary. A task of which no sample could be scored is a
@@ -268,7 +269,7 @@ def evaluate_general(cfg: GeneralEvalConfig) -> dict[str, Any]:
     return _finish(cfg.out, base, records, tasks, notes, t0)
 
 
-def _retry_errors(cfg: GeneralEvalConfig, meta: RunMeta, tm: Any) -> dict[str, Any]:
+def _retry_errors(cfg: GeneralEvalConfig, meta: RunMeta, tm: Any) -> GeneralSummary:
     """--retry-errors: the samples of --out recorded as errors, run again (lm-eval's
     ``samples``); their new records replace the old, and the tasks they belong to are
     recomputed over the merged records."""
@@ -280,7 +281,7 @@ def _retry_errors(cfg: GeneralEvalConfig, meta: RunMeta, tm: Any) -> dict[str, A
             todo.setdefault(r.task, []).append(r.index)
     if not todo:
         log.warning("%s: no sample is recorded as an error: nothing to retry", cfg.out)
-        return old
+        return GeneralSummary.model_validate(old)
     t0 = time.monotonic()
     selected = {t: sorted(set(ids)) for t, ids in todo.items()}
     lm = _backend(cfg, str(meta.fingerprint["model"]))
@@ -295,9 +296,11 @@ def _retry_errors(cfg: GeneralEvalConfig, meta: RunMeta, tm: Any) -> dict[str, A
 
 
 def _old_summary(out: Path) -> dict[str, Any]:
+    """The summary of the run in ``out``, as written (the retry's summary keeps its fields)."""
     try:
         old = json.loads((out / SUMMARY).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        GeneralSummary.model_validate(old)
+    except (OSError, ValueError):  # ValidationError included
         old = None
     if not isinstance(old, dict) or not isinstance(old.get("tasks"), dict):
         raise ConfigError(
@@ -315,7 +318,7 @@ def _finish(
     tasks: dict[str, dict[str, float]],
     notes: list[str],
     t0: float,
-) -> dict[str, Any]:
+) -> GeneralSummary:
     """Write results.jsonl and summary.json; a task with no scored sample fails the run."""
     write_lines_atomic(out / RESULTS, (r.model_dump_json() + "\n" for r in records))
     errors = Counter(r.task for r in records if r.error_kind is not None)
@@ -341,7 +344,7 @@ def _finish(
             hint="is --base-url an OpenAI-compatible chat endpoint? the errors are in "
             f"{out / RESULTS}; --retry-errors re-runs them",
         )
-    return summary
+    return GeneralSummary.model_validate(summary)
 
 
 def _run(

@@ -107,7 +107,9 @@ def _bfcl_table(runs: list[Run], cats: list[str], published: dict[str, Any]) -> 
             "overall",
             run.name,
             "num partial" if partial else "num",
-            overall_label(s) if partial else "the mean of the four categories",
+            overall_label(acc, bool(s.get("overall_partial")))
+            if partial
+            else "the mean of the four categories",
         )
         rows.append(
             [

@@ -133,7 +133,7 @@ async def test_resume_after_kill_and_config_mismatch(
         if x.strip().endswith("}") and '"torn' not in x
     ]
     assert sorted(r["index"] for r in lines) == list(range(n))  # none lost, none duplicated
-    assert summary["tasks"] == n and summary["fully_solved"] == 1.0
+    assert summary.tasks == n and summary.fully_solved == 1.0
     with pytest.raises(ConfigError, match="already holds results"):
         await evaluate_arenas(cfg.model_copy(update={"resume": False}))
     changed = cfg.model_copy(update={"model": cfg.model.model_copy(update={"temperature": 0.1})})

@@ -135,7 +135,7 @@ async def test_replay_writes_the_corpus_users_can_make(tmp_path: Path) -> None:
     """`python -m training.replay`: every training task replayed, solved, with its trajectory."""
     path, summary = await replay_arenas(ARENA_TRAIN, tmp_path / "replay")
     records = [json.loads(x) for x in path.read_text().splitlines()]
-    assert summary["tasks"] == len(records) == len(load_arena_file(ARENA_TRAIN).tasks)
+    assert summary.tasks == len(records) == len(load_arena_file(ARENA_TRAIN).tasks)
     assert all(r["reward"] == 1.0 and r["trajectory"]["tools"] for r in records)
     calls, problems = parsed_by_vllm(records)
     assert calls == sum(r["tool_calls"] for r in records) and not problems
