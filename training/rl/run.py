@@ -67,7 +67,7 @@ def check_inputs(cfg: RLConfig) -> None:
 def _saved_nothing(out: Path) -> bool:
     """``out`` holds a run directory in which nothing was trained or saved yet (a run that
     failed before its first checkpoint): no checkpoint, no final model, no metrics."""
-    from training.sft.common import METRICS_FILE
+    from training.metrics import METRICS_FILE
 
     if not (out / RUN_FILE).is_file():
         return False
