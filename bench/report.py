@@ -293,13 +293,15 @@ def make_runs(root: Path) -> tuple[Path, Path]:
     write_run(
         root / "bfcl",
         bfcl,
-        {**summarize_bfcl(bfcl), "published": PUBLISHED},
+        {**summarize_bfcl(bfcl).written(), "published": PUBLISHED},
         {"categories": list(CATEGORIES), "ids": None, "limit": None},
     )
     tasks = load_arena_file(DATA_DIR / "train.jsonl").tasks
     tasks += load_arena_file(DATA_DIR / "heldout.jsonl").tasks
     arenas = [arena_task(tasks[i % len(tasks)], i, rng) for i in range(1000)]
-    write_run(root / "arenas", arenas, summarize_arenas(arenas), {"data_sha256": "0" * 64})
+    write_run(
+        root / "arenas", arenas, summarize_arenas(arenas).written(), {"data_sha256": "0" * 64}
+    )
     return root / "bfcl", root / "arenas"
 
 

@@ -78,7 +78,7 @@ def _arena_score(records: list[Any]) -> str:
     from eval.arenas.runner import summarize
 
     s = summarize(records)
-    return f"reward {s['mean_reward']:.3f}  solved {s['fully_solved']:.0%}"
+    return f"reward {s.mean_reward:.3f}  solved {s.fully_solved:.0%}"
 
 
 @arenas_app.callback(invoke_without_command=True)
@@ -170,7 +170,7 @@ def validate(
 def _bfcl_score(records: list[Any]) -> str:
     from eval.bfcl.runner import summarize
 
-    return "  ".join(f"{c} {a:.1f}" for c, a in summarize(records)["accuracy"].items())
+    return "  ".join(f"{c} {a:.1f}" for c, a in summarize(records).accuracy.items())
 
 
 def _names(flag: str, text: str, example: str) -> list[str]:

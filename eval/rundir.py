@@ -473,11 +473,11 @@ def _summarize(
     if kind == "bfcl":
         from eval.bfcl.runner import PUBLISHED, summarize
 
-        return {**summarize(typed), "published": PUBLISHED, **known}
+        return {**summarize(typed).written(), "published": PUBLISHED, **known}
     if kind == "arenas":
         from eval.arenas.runner import summarize as summarize_arenas
 
-        return {**summarize_arenas(typed), **known}
+        return {**summarize_arenas(typed).written(), **known}
     return {"kind": "general", **general_summary(records), **known}
 
 

@@ -222,8 +222,7 @@ class EvalSpec(Generic[T, R, S]):
     one: Callable[[T, ChatModel], Awaitable[R]]
     record: type[R]
     fingerprint: dict[str, Any]  # what the results depend on besides the model and sampling
-    summarize: Callable[[list[R]], dict[str, Any]]  # the eval's figures of summary.json
-    summary: type[S]  # summary.json as its readers take it (eval.summaries)
+    summarize: Callable[[list[R]], S]  # the eval's figures of summary.json
 
 
 async def run_eval(
@@ -268,12 +267,13 @@ def read_selected(out: Path, spec: EvalSpec[T, R, S]) -> list[R]:
 def _write_summary(
     out: Path, spec: EvalSpec[T, R, S], records: list[R], total: int, model: str, t0: float
 ) -> S:
+    figures = spec.summarize(records)
     summary = {
-        **spec.summarize(records),
+        **figures.written(),
         "total": total,
         "complete": len(records) == total,
         "wall_s": round(time.monotonic() - t0, 2),
         "model": model,
     }
     write_json_atomic(out / SUMMARY, summary)
-    return spec.summary.model_validate(summary)
+    return type(figures).model_validate(summary)

@@ -1,11 +1,13 @@
-"""Each eval's ``summary.json`` as its readers take it: the fields they read, with the types the
+"""Each eval's ``summary.json`` as a record: the fields its readers read, with the types the
 evals write them in, checked strictly (``"50"`` is not a number, ``null`` is not a dictionary);
 a field they do not read may hold anything (it is kept, untyped).
 
-The readers are the run-directory readers (:mod:`eval.rundir`: the report, comparisons), where a
-summary that does not validate is not used (the figures are computed from the records instead),
-and the evals' callers: :func:`eval.runner.run_eval` and ``evaluate_general`` return the summary
-they wrote as one of these (so a writer that broke its readers' types fails its own run)."""
+BFCL's and the arenas' ``summarize`` compute their figures as one of these;
+:func:`eval.runner.run_eval` writes them (:meth:`EvalSummary.written`, then the run's total,
+completeness, time and model) and returns what it wrote as one, as ``evaluate_general`` does.
+The run-directory readers (:mod:`eval.rundir`: the report, comparisons) validate a summary
+against its kind's before they use it; one that does not validate is not used (the figures are
+computed from the records instead)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,11 @@ class EvalSummary(BaseModel):
     total: int | None = None
     complete: bool | None = None
     wall_s: float | None = None
+
+    def written(self) -> dict[str, Any]:
+        """The fields set (an eval's figures: those its ``summarize`` computed), in order, as
+        ``summary.json`` holds them."""
+        return self.model_dump(exclude_unset=True)
 
 
 class BFCLSummary(EvalSummary):

@@ -19,7 +19,7 @@ from astra_agent.trajectory import Termination, Trajectory
 from eval.arenas.checks import task_findings
 from eval.results import EvalRecord
 from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
-from eval.summaries import ArenaSummary
+from eval.summaries import ArenaDomain, ArenaSummary
 
 
 class ArenaEvalConfig(RunConfig):
@@ -103,36 +103,40 @@ async def run_task(
     )  # fmt: skip
 
 
-def _means(records: list[ArenaRecord]) -> dict[str, float]:
+def _domain(records: list[ArenaRecord]) -> ArenaDomain:
+    """Tasks, and the means of their reward and fully solved share."""
     n = len(records)
-    return {
-        "mean_reward": round(sum(r.reward for r in records) / n, 4),
-        "fully_solved": round(sum(r.fully_solved for r in records) / n, 4),
-    }
+    return ArenaDomain(
+        tasks=n,
+        mean_reward=round(sum(r.reward for r in records) / n, 4),
+        fully_solved=round(sum(r.fully_solved for r in records) / n, 4),
+    )
 
 
-def summarize(records: list[ArenaRecord]) -> dict[str, Any]:
+def summarize(records: list[ArenaRecord]) -> ArenaSummary:
     """Means over the tasks (each id once), errors and terminations by kind, and the same
     means per domain."""
     n = len(records)
     if not n:
-        return {"tasks": 0}
+        return ArenaSummary(tasks=0)
     errors: Counter[str] = Counter()
     for r in records:
         errors.update(r.errors)
     by_domain: dict[str, list[ArenaRecord]] = {}
     for r in records:
         by_domain.setdefault(r.domain or "(none)", []).append(r)
-    return {
-        "tasks": n,
-        **_means(records),
-        "mean_recall": round(sum(r.recall for r in records) / n, 4),
-        "mean_precision": round(sum(r.precision for r in records) / n, 4),
-        "tool_calls_per_task": round(sum(r.tool_calls for r in records) / n, 3),
-        "errors": dict(sorted(errors.items())),
-        "terminations": dict(Counter(r.termination for r in records)),
-        "domains": {d: {"tasks": len(rs), **_means(rs)} for d, rs in sorted(by_domain.items())},
-    }
+    whole = _domain(records)
+    return ArenaSummary(
+        tasks=n,
+        mean_reward=whole.mean_reward,
+        fully_solved=whole.fully_solved,
+        mean_recall=round(sum(r.recall for r in records) / n, 4),
+        mean_precision=round(sum(r.precision for r in records) / n, 4),
+        tool_calls_per_task=round(sum(r.tool_calls for r in records) / n, 3),
+        errors=dict(sorted(errors.items())),
+        terminations=dict(Counter(r.termination for r in records)),
+        domains={d: _domain(rs) for d, rs in sorted(by_domain.items())},
+    )
 
 
 def load_tasks(path: Path) -> LoadReport:
@@ -158,8 +162,9 @@ async def evaluate_arenas(
     ids = task_ids(report.tasks)
     skipped = len({p.index for p in report.errors})
 
-    def summary_of(records: list[ArenaRecord]) -> dict[str, Any]:
-        return {**summarize(records), "skipped_records": skipped, "data": str(cfg.data)}
+    def summary_of(records: list[ArenaRecord]) -> ArenaSummary:
+        extra = {"skipped_records": skipped, "data": str(cfg.data)}
+        return summarize(records).model_copy(update=extra)
 
     spec = EvalSpec(
         items=tasks,
@@ -168,7 +173,6 @@ async def evaluate_arenas(
         record=ArenaRecord,
         fingerprint=cfg.fingerprint(),
         summarize=summary_of,
-        summary=ArenaSummary,
     )
     summary, _ = await run_eval(cfg, spec, progress)
     return summary

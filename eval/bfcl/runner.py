@@ -196,7 +196,7 @@ def _steps(messages: list[dict[str, Any]]) -> tuple[list[Any], list[list[str]]]:
     return raw, decoded
 
 
-def summarize(records: list[BFCLRecord]) -> dict[str, Any]:
+def summarize(records: list[BFCLRecord]) -> BFCLSummary:
     """Accuracy per category (each id once) and their mean, ``overall``: over fewer than the
     four categories that mean is not the leaderboard's, and says so (``overall_partial``)."""
     by_cat: dict[str, list[BFCLRecord]] = {}
@@ -209,15 +209,15 @@ def summarize(records: list[BFCLRecord]) -> dict[str, Any]:
     }
     overall = round(sum(acc.values()) / len(acc), 2) if acc else 0.0
     errors = Counter(r.error_type for r in records if not r.valid and r.error_type)
-    return {
-        "entries": len(records),
-        "accuracy": acc,
-        "overall": overall,
-        "overall_partial": set(acc) != set(CATEGORIES),
-        "counts": {c: len(by_cat[c]) for c in acc},
-        "errors": dict(errors),
-        "inference_errors": sum(1 for r in records if r.error_kind is not None),
-    }
+    return BFCLSummary(
+        entries=len(records),
+        accuracy=acc,
+        overall=overall,
+        overall_partial=set(acc) != set(CATEGORIES),
+        counts={c: len(by_cat[c]) for c in acc},
+        errors=dict(errors),
+        inference_errors=sum(1 for r in records if r.error_kind is not None),
+    )
 
 
 def overall_label(accuracy: Iterable[str], partial: bool) -> str:
@@ -254,8 +254,8 @@ async def evaluate_bfcl(
     # The official harness scores the server's tool_calls as returned: no recovery from text.
     cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"recover_calls": False})})
 
-    def summary_of(records: list[BFCLRecord]) -> dict[str, Any]:
-        return {**summarize(records), "bfcl_eval": PINNED, "published": PUBLISHED}
+    def summary_of(records: list[BFCLRecord]) -> BFCLSummary:
+        return summarize(records).model_copy(update={"bfcl_eval": PINNED, "published": PUBLISHED})
 
     spec = EvalSpec(
         items=entries,
@@ -264,7 +264,6 @@ async def evaluate_bfcl(
         record=BFCLRecord,
         fingerprint=cfg.fingerprint(),
         summarize=summary_of,
-        summary=BFCLSummary,
     )
     summary, _ = await run_eval(cfg, spec, progress)
     write_leaderboard(cfg.out, summary)

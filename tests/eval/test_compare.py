@@ -48,7 +48,7 @@ def write_run(out: Path, records: list[Any], *, complete: bool = True) -> Path:
     for r in records:
         append_jsonl(out / "results.jsonl", r, fsync=False)
     last = list({r.id: r for r in records}.values())
-    summary = bfcl_summary(last) if bfcl else arena_summary(last)
+    summary = (bfcl_summary(last) if bfcl else arena_summary(last)).written()
     n = len(last) + (0 if complete else 3)
     summary |= {"total": n, "complete": complete, "wall_s": 0.1, "model": out.name}
     write_json_atomic(out / "summary.json", summary)

@@ -58,9 +58,9 @@ def write_eval(out: Path, records: list[Any], fingerprint: dict[str, Any], summa
         append_jsonl(out / RESULTS, r, fsync=False)
     if summary:
         if isinstance(records[0], BFCLRecord):
-            data = {**summarize_bfcl(records), "published": PUBLISHED}
+            data = {**summarize_bfcl(records).written(), "published": PUBLISHED}
         else:
-            data = summarize_arenas(records)
+            data = summarize_arenas(records).written()
         data |= {"total": len(records), "complete": True, "wall_s": 1.0, "model": "m"}
         write_json_atomic(out / SUMMARY, data)
     return out
@@ -200,7 +200,7 @@ def test_without_summary_figures_come_from_the_records_and_the_run_is_partial(
     recs = [bfcl_record(i, valid=i % 2 == 0) for i in range(4)]
     assert run.partial and any("no summary.json" in p for p in run.problems)
     assert run.summary is not None
-    assert run.summary["accuracy"] == summarize_bfcl(recs)["accuracy"] == {"base": 50.0}
+    assert run.summary["accuracy"] == summarize_bfcl(recs).accuracy == {"base": 50.0}
     assert run.summary["published"] == PUBLISHED and run.summary["model"] == "m"
     arenas = load_run(arena_run(tmp_path / "a", summary=False))
     assert arenas.partial and arenas.summary is not None
