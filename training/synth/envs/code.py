@@ -53,6 +53,9 @@ from training.synth.envs.sandboxed import (
     cut,
     require_sandbox,
 )
+from training.synth.inputs import (
+    read_stage_output,
+)
 from training.synth.runner import (
     StageContext,
     TeacherStage,
@@ -69,7 +72,6 @@ from training.synth.stage import (
     StageRun,
     UnitOutcome,
     input_files,
-    read_stage_output,
 )
 from training.synth.teacher import TeacherRejected
 

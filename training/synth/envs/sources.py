@@ -25,7 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from astra_agent.errors import ConfigError
 from astra_agent.runio import jsonl_lines
 from training.synth.envs.records import ID_PATTERN
-from training.synth.stage import Rejection, read_records
+from training.synth.inputs import (
+    read_records,
+)
+from training.synth.stage import (
+    Rejection,
+)
 
 
 class DomainSpec(BaseModel):

@@ -32,18 +32,20 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from astra_agent.errors import ConfigError
+from training.synth.inputs import (
+    StageInput,
+    read_stage_output,
+)
 from training.synth.stage import (
     Progress,
     Provenance,
     Rejection,
-    StageInput,
     StageRun,
     StageStats,
     SynthError,
     code_version,
     input_files,
     open_run,
-    read_stage_output,
 )
 from training.synth.tools.graph import (
     EDGES_FILE,

@@ -43,6 +43,9 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.errors import ConfigError
+from training.synth.inputs import (
+    read_records,
+)
 from training.synth.stage import (
     Progress,
     Provenance,
@@ -53,7 +56,6 @@ from training.synth.stage import (
     code_version,
     input_files,
     open_run,
-    read_records,
     read_stats,
 )
 from training.synth.tools.pool import POOL_FILE, ToolRecord, read_pool

@@ -30,6 +30,9 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from astra_agent.trajectory import Trajectory
+from training.synth.inputs import (
+    read_stage_output,
+)
 from training.synth.runner import (
     ScoreStats,
     StageContext,
@@ -49,7 +52,6 @@ from training.synth.stage import (
     StageRun,
     UnitOutcome,
     input_files,
-    read_stage_output,
 )
 from training.synth.text import cut_text
 

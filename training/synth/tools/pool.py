@@ -40,6 +40,11 @@ from astra_agent.config import read_text
 from astra_agent.errors import ConfigError, ServerError
 from astra_agent.mcp_config import MCPConfig, load_mcp_config
 from astra_agent.mcp_env import MCPEnvironment
+from training.synth.inputs import (
+    json_lines,
+    read_records,
+    read_stage_output,
+)
 from training.synth.stage import (
     Progress,
     Provenance,
@@ -50,10 +55,7 @@ from training.synth.stage import (
     SynthError,
     code_version,
     input_files,
-    json_lines,
     open_run,
-    read_records,
-    read_stage_output,
     read_stats,
 )
 
