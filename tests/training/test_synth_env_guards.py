@@ -20,7 +20,7 @@ from eval.arenas.checks import blind_arguments, vary_arguments
 from tests.training.test_synth_envs import MODEL, decomposition, env_config, read, write
 from training.synth.cli import synth_app
 from training.synth.envs.build import arena_record
-from training.synth.envs.code import EnvRecord, EnvStep, synth_env_code
+from training.synth.envs.code import CheckLimits, EnvRecord, EnvStep, synth_env_code
 from training.synth.envs.sandboxed import EnvTool
 from training.synth.stage import Provenance
 from training.synth.testing import ScriptedTeacher, scripted_teacher_server
@@ -70,9 +70,12 @@ async def test_env_code_refuses_constant_answers_and_misconduct(tmp_path: Path) 
         for kind in kinds
     ]  # fmt: skip
     path = write(tmp_path / "d.jsonl", records)
+    # The floods print 100 MB per call and 50 MB at load: under load that outlasted the
+    # suite's 0.5 s per call (call_timeout, not too_much_output), so the time limits are wide.
+    wide = CheckLimits(wall_seconds_per_call=10.0, load_seconds_per_tool=20.0)
     with scripted_teacher_server(ScriptedTeacher(), MODEL) as srv:
         stats = await synth_env_code(
-            env_config(path, tmp_path / "out", srv.base_url, max_retries=0)
+            env_config(path, tmp_path / "out", srv.base_url, max_retries=0, sandbox=wide)
         )
     kept = {r["id"]: r for r in read(tmp_path / "out" / "envs.jsonl")}
     rejected = {r["source"]: r for r in read(tmp_path / "out" / "rejections.jsonl")}
