@@ -136,9 +136,9 @@ def torch_threads_kept() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def sft_tiny(arena_runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> SFTRun:
     """One SFT run of the random tiny model on the 24 training arena trajectories (the shipped
-    tiny recipe cut to ``e2e.SFT_STEPS``, checkpoints every 200 kept): the SFT proof evaluates
-    its final checkpoint, the RL proofs start from an intermediate one. Run once for all xdist
-    workers."""
+    tiny recipe cut to ``e2e.SFT_STEPS``, checkpoints every 100 from 400 kept): the SFT proof
+    evaluates its final checkpoint, the RL proofs start from an intermediate one. Run once for
+    all xdist workers."""
     record = shared_once(
         tmp_path_factory, "sft-tiny", lambda root: run_sft(root, arena_runs["train"]).to_json()
     )
