@@ -17,7 +17,7 @@ from training.cli import app as train_app
 from training.synth.cli import synth_app
 from training.synth.envs.build import ArenaConfig
 from training.synth.envs.code import CheckLimits, EnvCodeConfig
-from training.synth.tools.chains import ChainOptions
+from training.synth.tools.chains import ChainConfig
 from training.synth.tools.judge import JudgeConfig
 from training.synth.tools.tasks import TasksConfig
 
@@ -54,7 +54,7 @@ def test_commands_in_pipeline_order_each_with_an_example() -> None:
         ("env-code", "--call-timeout", CheckLimits, "wall_seconds_per_call"),
         ("env-code", "--max-retries", EnvCodeConfig, "max_retries"),
         ("arenas", "--concurrency", ArenaConfig, "concurrency"),
-        ("chains", "--count", ChainOptions, "count"),
+        ("chains", "--count", ChainConfig, "count"),
     ],
 )
 def test_a_flags_default_and_help_are_its_models(

@@ -23,11 +23,11 @@ from training.cli import app as train_app
 from training.synth.stage import JOURNAL, UnitsFailed
 from training.synth.teacher import ReplyError, parse_reply
 from training.synth.testing import Plant, ScriptedPlants, ScriptedTeacher, scripted_teacher_server
-from training.synth.tools.chains import ChainOptions, ToolChain, sample_chains
+from training.synth.tools.chains import ChainConfig, ToolChain, sample_chains
 from training.synth.tools.check_chains import CheckChainsConfig, synth_check_chains
 from training.synth.tools.confirm import ConfirmConfig, synth_confirm, verdicts_schema
-from training.synth.tools.graph import build_graph
-from training.synth.tools.pool import ToolRecord, build_pool
+from training.synth.tools.graph import GraphConfig, build_graph
+from training.synth.tools.pool import PoolConfig, ToolRecord, build_pool
 from training.synth.tools.tasks import TasksConfig, synth_tasks
 
 MODEL = "scripted-teacher"
@@ -63,8 +63,8 @@ def world(tmp_path: Path) -> tuple[Path, Path]:
     servers.write_text(
         "".join(json.dumps(s) + "\n" for s in catalogue(["apple", "berry", "cherry"]))
     )
-    build_pool(tmp_path / "pool", servers=servers)
-    build_graph([tmp_path / "pool"], tmp_path / "graph")
+    build_pool(PoolConfig(out=tmp_path / "pool", servers=servers))
+    build_graph(GraphConfig(pool=[tmp_path / "pool"], out=tmp_path / "graph"))
     return tmp_path / "pool", tmp_path / "graph"
 
 
@@ -161,7 +161,7 @@ async def test_the_teacher_checks_filter_the_graph_and_the_chains(
         assert len(srv.requests) == before
 
         # `synth chains` reads the confirmed graph and walks only the confirmed edges
-        chain_stats = sample_chains([cfg.out], tmp_path / "chains", ChainOptions(count=20))
+        chain_stats = sample_chains(ChainConfig(graph=[cfg.out], out=tmp_path / "chains", count=20))
         chains = read(tmp_path / "chains" / "chains.jsonl")
         assert chain_stats.possible == len(chains) == 6
         confirmed = {e["id"] for e in edges if e["confirmed"]}
@@ -411,9 +411,11 @@ def test_check_chains_kill_and_resume_lose_and_duplicate_nothing(tmp_path: Path)
     servers = tmp_path / "servers.jsonl"
     many = [f"fruit{chr(97 + i)}" for i in range(12)]  # list_fruitas → … → list_fruitls
     servers.write_text(json.dumps(catalogue(many)[0]) + "\n")
-    build_pool(tmp_path / "pool", servers=servers)
-    build_graph([tmp_path / "pool"], tmp_path / "graph")
-    sample_chains([tmp_path / "graph"], tmp_path / "chains", ChainOptions(count=30, seed=1))
+    build_pool(PoolConfig(out=tmp_path / "pool", servers=servers))
+    build_graph(GraphConfig(pool=[tmp_path / "pool"], out=tmp_path / "graph"))
+    sample_chains(
+        ChainConfig(graph=[tmp_path / "graph"], out=tmp_path / "chains", count=30, seed=1)
+    )
     out = tmp_path / "out"
     with scripted_teacher_server(ScriptedTeacher(delay_s=0.03), MODEL) as srv:
         args = ["synth", "check-chains", "--chains", str(tmp_path / "chains"), "--pool",

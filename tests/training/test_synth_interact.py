@@ -24,7 +24,7 @@ from training.synth.testing import ScriptedTeacher, scripted_teacher_server
 from training.synth.tools.environments import injected
 from training.synth.tools.interact import InteractConfig, synth_interact
 from training.synth.tools.judge import DIMENSIONS, JudgeConfig, synth_judge
-from training.synth.tools.pool import ToolRecord, build_pool
+from training.synth.tools.pool import PoolConfig, ToolRecord, build_pool
 from training.synth.tools.tasks import TaskRecord, TasksConfig, synth_tasks
 
 MODEL = "scripted-teacher"
@@ -281,7 +281,7 @@ def test_live_mcp_server_and_mixed_episodes(tmp_path: Path) -> None:
     mcp = tmp_path / "mcp.json"
     mcp.write_text(json.dumps({"mcpServers": {"time": {"command": "mcp-server-time",
                                                         "env": {"TZ": "UTC"}}}}))  # fmt: skip
-    build_pool(tmp_path / "pool", mcp_config=mcp)
+    build_pool(PoolConfig(out=tmp_path / "pool", mcp_config=mcp))
     calendar = ToolRecord(id="calendar/add_event", server="calendar", name="add_event",
                           description="Add an event to the team calendar.",
                           input_schema=obj({"title": S}, ["title"]))  # fmt: skip

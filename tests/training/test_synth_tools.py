@@ -17,10 +17,10 @@ from training.cli import app as train_app
 from training.synth.cli import synth_app
 from training.synth.stage import JOURNAL, SynthError
 from training.synth.tools import (
-    ChainOptions,
+    ChainConfig,
     EdgeQuestion,
-    GraphOptions,
-    PoolOptions,
+    GraphConfig,
+    PoolConfig,
     ToolEdge,
     ToolRecord,
     Verdict,
@@ -190,8 +190,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def graph_of(tmp: Path, servers: Sequence[Any], name: str = "g") -> Path:
     src = write_jsonl(tmp / f"{name}.jsonl", servers)
-    build_pool(tmp / f"{name}-pool", servers=src)
-    build_graph([tmp / f"{name}-pool"], tmp / f"{name}-graph")
+    build_pool(PoolConfig(out=tmp / f"{name}-pool", servers=src))
+    build_graph(GraphConfig(pool=[tmp / f"{name}-pool"], out=tmp / f"{name}-graph"))
     return tmp / f"{name}-graph"
 
 
@@ -223,7 +223,7 @@ def test_pool_reads_every_shape_and_names_what_it_rejects(tmp_path: Path) -> Non
         },
     ]
     src = write_jsonl(tmp_path / "servers.jsonl", TRAVEL + bad, tail="{not json\n")
-    stats = build_pool(tmp_path / "pool", servers=src)
+    stats = build_pool(PoolConfig(out=tmp_path / "pool", servers=src))
     records = [ToolRecord.model_validate(r) for r in read_jsonl(tmp_path / "pool" / "pool.jsonl")]
     ids = [r.id for r in records]
     assert ids[:2] == ["flights/search_flights", "flights/book_flight"]
@@ -254,30 +254,32 @@ def test_pool_reads_every_shape_and_names_what_it_rejects(tmp_path: Path) -> Non
 def test_pool_resumes_after_an_interrupt_and_refuses_to_overwrite(tmp_path: Path) -> None:
     src = write_jsonl(tmp_path / "servers.jsonl", TRAVEL)
     fresh = tmp_path / "fresh"
-    build_pool(fresh, servers=src)
+    build_pool(PoolConfig(out=fresh, servers=src))
 
     def stop_after_two(done: int, total: int) -> None:
         if done == 2:
             raise KeyboardInterrupt
 
     out = tmp_path / "out"
+    cfg = PoolConfig(out=out, servers=src)
     with pytest.raises(KeyboardInterrupt):
-        build_pool(out, servers=src, progress=stop_after_two)
+        build_pool(cfg, progress=stop_after_two)
     assert not (out / "pool.jsonl").exists() and (out / JOURNAL).is_file()
     with (out / JOURNAL).open("a") as f:
         f.write('{"unit": "weather", "records": [{"id"')  # a writer killed mid-line
     with pytest.raises(ConfigError, match="unfinished pool run"):
-        build_pool(out, servers=src)
-    stats = build_pool(out, servers=src, resume=True)
+        build_pool(cfg)
+    resume = cfg.model_copy(update={"resume": True})
+    stats = build_pool(resume)
     assert stats.resumed_units == 2 and stats.tools == 12
     assert (out / "pool.jsonl").read_bytes() == (fresh / "pool.jsonl").read_bytes()
     assert not (out / JOURNAL).exists()
     with pytest.raises(ConfigError, match="complete pool run"):
-        build_pool(out, servers=src)
-    assert build_pool(out, servers=src, resume=True).finished == stats.finished  # nothing to do
+        build_pool(cfg)
+    assert build_pool(resume).finished == stats.finished  # nothing to do
     with pytest.raises(ConfigError, match="other inputs or parameters"):
-        build_pool(out, servers=src, resume=True, options=PoolOptions(shard="0/2"))
-    assert build_pool(out, servers=src, overwrite=True).resumed_units == 0
+        build_pool(PoolConfig(out=out, servers=src, resume=True, shard="0/2"))
+    assert build_pool(cfg.model_copy(update={"overwrite": True})).resumed_units == 0
 
 
 def test_shards_of_the_pool_and_the_graph_add_up(tmp_path: Path) -> None:
@@ -285,16 +287,16 @@ def test_shards_of_the_pool_and_the_graph_add_up(tmp_path: Path) -> None:
     whole = graph_of(tmp_path, TRAVEL, "whole")
     pools = []
     for i in range(2):
-        build_pool(tmp_path / f"p{i}", servers=src, options=PoolOptions(shard=f"{i}/2"))
+        build_pool(PoolConfig(out=tmp_path / f"p{i}", servers=src, shard=f"{i}/2"))
         pools.append(tmp_path / f"p{i}")
     ids = [r["id"] for p in pools for r in read_jsonl(p / "pool.jsonl")]
     assert sorted(ids) == sorted(r["id"] for r in read_jsonl(tmp_path / "whole-pool/pool.jsonl"))
     graphs = []
     for i in range(3):
-        build_graph(pools, tmp_path / f"g{i}", GraphOptions(shard=f"{i}/3"))
+        build_graph(GraphConfig(pool=pools, out=tmp_path / f"g{i}", shard=f"{i}/3"))
         graphs.append(tmp_path / f"g{i}")
     assert set().union(*(edge_set(g) for g in graphs)) == edge_set(whole)
-    merged = sample_chains(graphs, tmp_path / "c", ChainOptions(count=50))
+    merged = sample_chains(ChainConfig(graph=graphs, out=tmp_path / "c", count=50))
     assert merged.possible == 11 and merged.chains == 11
 
 
@@ -343,7 +345,7 @@ def test_graph_checks_types_and_needs_a_shared_domain() -> None:
 def test_graph_rejects_what_it_cannot_read_and_goes_on(tmp_path: Path) -> None:
     src = write_jsonl(tmp_path / "servers.jsonl", TRAVEL)
     pool = tmp_path / "pool"
-    build_pool(pool, servers=src)
+    build_pool(PoolConfig(out=pool, servers=src))
     first = read_jsonl(pool / "pool.jsonl")[0]
     listy = {**first, "id": "x/listy", "input_schema": {"properties": ["a", "b"]}}
     nested = {
@@ -355,7 +357,7 @@ def test_graph_rejects_what_it_cannot_read_and_goes_on(tmp_path: Path) -> None:
         f.write("this is not json\n")
         f.write(json.dumps({"server": "x", "name": "no id"}) + "\n")
         f.write(json.dumps(listy) + "\n" + json.dumps(nested) + "\n" + json.dumps(first) + "\n")
-    stats = build_graph([pool], tmp_path / "graph")
+    stats = build_graph(GraphConfig(pool=[pool], out=tmp_path / "graph"))
     rejected = {(r["reason"], r["id"]) for r in read_jsonl(tmp_path / "graph/rejections.jsonl")}
     assert rejected == {
         ("not_json", ""),
@@ -425,7 +427,7 @@ def test_confirm_edges_asks_a_judge_in_batches(tmp_path: Path) -> None:
 def test_chains_follow_edges_cover_every_linked_tool_and_never_repeat(tmp_path: Path) -> None:
     graph = graph_of(tmp_path, chain_servers(["apple", "berry", "cherry", "grape", "lemon"]))
     edges = {e["id"]: e["score"] for e in read_jsonl(graph / "edges.jsonl")}
-    stats = sample_chains([graph], tmp_path / "c", ChainOptions(count=12, seed=3))
+    stats = sample_chains(ChainConfig(graph=[graph], out=tmp_path / "c", count=12, seed=3))
     chains = read_jsonl(tmp_path / "c" / "chains.jsonl")
     assert len(chains) == stats.chains == 12
     assert len({tuple(c["tools"]) for c in chains}) == 12
@@ -445,7 +447,7 @@ def test_chains_are_seeded(tmp_path: Path) -> None:
     graph = graph_of(tmp_path, chain_servers(["apple", "berry", "cherry", "grape", "lemon"]))
     runs = {}
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):
-        sample_chains([graph], tmp_path / name, ChainOptions(count=20, seed=seed))
+        sample_chains(ChainConfig(graph=[graph], out=tmp_path / name, count=20, seed=seed))
         runs[name] = (tmp_path / name / "chains.jsonl").read_text()
     assert runs["a"] == runs["b"]
     assert runs["a"] != runs["c"]
@@ -453,12 +455,12 @@ def test_chains_are_seeded(tmp_path: Path) -> None:
 
 def test_chains_give_all_a_small_graph_has(tmp_path: Path) -> None:
     graph = graph_of(tmp_path, TRAVEL)
-    stats = sample_chains([graph], tmp_path / "c", ChainOptions(count=50, seed=0))
+    stats = sample_chains(ChainConfig(graph=[graph], out=tmp_path / "c", count=50, seed=0))
     chains = [tuple(c["tools"]) for c in read_jsonl(tmp_path / "c" / "chains.jsonl")]
     assert stats.chains == stats.possible == len(set(chains)) == 11 and stats.requested == 50
     assert stats.lengths == {2: 8, 3: 3}
     assert stats.no_edge == ["weather/ping"] and stats.not_covered == []
-    small = sample_chains([graph], tmp_path / "c1", ChainOptions(count=1, seed=0))
+    small = sample_chains(ChainConfig(graph=[graph], out=tmp_path / "c1", count=1, seed=0))
     assert small.chains == 1 and small.possible is None and len(small.not_covered) > 0
 
 
@@ -466,18 +468,18 @@ def test_chains_give_all_a_small_graph_has(tmp_path: Path) -> None:
 def test_chains_resume_gives_what_an_uninterrupted_run_gives(tmp_path: Path, where: str) -> None:
     if where == "walks":
         graph = graph_of(tmp_path, chain_servers(["apple", "berry", "cherry", "grape", "lemon"]))
-        options, stop_at = ChainOptions(count=15, seed=5), 6
+        options, stop_at = {"count": 15, "seed": 5}, 6
     else:  # the travel graph's last 2 of its 11 chains come from the enumeration
-        graph, options, stop_at = graph_of(tmp_path, TRAVEL), ChainOptions(count=50), 10
-    fresh = sample_chains([graph], tmp_path / "fresh", options)
+        graph, options, stop_at = graph_of(tmp_path, TRAVEL), {"count": 50}, 10
+    fresh = sample_chains(ChainConfig(graph=[graph], out=tmp_path / "fresh", **options))
 
     def stop(done: int, total: int) -> None:
         if done == stop_at:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        sample_chains([graph], tmp_path / "out", options, progress=stop)
-    stats = sample_chains([graph], tmp_path / "out", options, resume=True)
+        sample_chains(ChainConfig(graph=[graph], out=tmp_path / "out", **options), progress=stop)
+    stats = sample_chains(ChainConfig(graph=[graph], out=tmp_path / "out", resume=True, **options))
     assert stats.resumed_units == stop_at and stats.chains == fresh.chains
     assert stats.from_enumeration == fresh.from_enumeration == (2 if where != "walks" else 0)
     want = (tmp_path / "fresh" / "chains.jsonl").read_text()
@@ -488,9 +490,9 @@ def test_chains_need_an_edge(tmp_path: Path) -> None:
     lonely = [{"name": "s", "tools": [tool("ping", "Ping.", {}), tool("pong", "Pong.", {})]}]
     graph = graph_of(tmp_path, lonely)
     with pytest.raises(SynthError, match="no edge"):
-        sample_chains([graph], tmp_path / "c")
+        sample_chains(ChainConfig(graph=[graph], out=tmp_path / "c"))
     with pytest.raises(ConfigError, match="holds a pool run, not a graph run"):
-        sample_chains([tmp_path / "g-pool"], tmp_path / "c")
+        sample_chains(ChainConfig(graph=[tmp_path / "g-pool"], out=tmp_path / "c"))
 
 
 # ------------------------------------------------------------------ live servers, the CLI
@@ -515,7 +517,7 @@ def test_pool_from_real_mcp_servers_skips_the_one_that_fails(tmp_path: Path) -> 
             }
         )
     )
-    stats = build_pool(tmp_path / "pool", mcp_config=config, options=PoolOptions(domain="desk"))
+    stats = build_pool(PoolConfig(out=tmp_path / "pool", mcp_config=config, domain="desk"))
     assert stats.servers == 3 and list(stats.servers_failed) == ["broken"]
     assert "broken" in stats.servers_failed["broken"]
     records = {r["id"]: r for r in read_jsonl(tmp_path / "pool" / "pool.jsonl")}
@@ -525,7 +527,7 @@ def test_pool_from_real_mcp_servers_skips_the_one_that_fails(tmp_path: Path) -> 
     assert stats.by_server["time"] == 2 and stats.by_server["memory"] >= 9
     (rejected,) = read_jsonl(tmp_path / "pool" / "rejections.jsonl")
     assert rejected["reason"] == "server_failed" and rejected["id"] == "broken"
-    build_graph([tmp_path / "pool"], tmp_path / "graph")
+    build_graph(GraphConfig(pool=[tmp_path / "pool"], out=tmp_path / "graph"))
     edges = {e["id"]: e for e in read_jsonl(tmp_path / "graph" / "edges.jsonl")}
     assert edges["time/get_current_time->time/convert_time"]["matches"][0]["param"] == (
         "source_timezone"

@@ -9,6 +9,7 @@ is not the config's (comma-separated ``--modes``, repeatable ``--min-score NAME=
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,15 +28,15 @@ from training.synth.envs.build import ArenaConfig, build_arenas
 from training.synth.envs.code import EnvCodeConfig, synth_env_code
 from training.synth.envs.decompose import DecomposeConfig, synth_decompose
 from training.synth.envs.decompose import parse_min_scores as parse_verify_scores
-from training.synth.runner import StageConfig, TeacherStageConfig, TeacherStageStats
+from training.synth.runner import RunConfig, TeacherStageConfig, TeacherStageStats
 from training.synth.stage import StageStats
-from training.synth.tools.chains import ChainOptions, sample_chains
+from training.synth.tools.chains import ChainConfig, sample_chains
 from training.synth.tools.check_chains import CheckChainsConfig, synth_check_chains
 from training.synth.tools.confirm import ConfirmConfig, synth_confirm
-from training.synth.tools.graph import GraphOptions, build_graph
+from training.synth.tools.graph import GraphConfig, build_graph
 from training.synth.tools.interact import InteractConfig, synth_interact
 from training.synth.tools.judge import JudgeConfig, parse_min_each, synth_judge
-from training.synth.tools.pool import PoolOptions, build_pool
+from training.synth.tools.pool import PoolConfig, build_pool
 from training.synth.tools.tasks import TasksConfig, parse_min_scores, synth_tasks
 
 synth_app = typer.Typer(
@@ -60,17 +61,6 @@ def _group() -> None:
 
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output directory of this stage.")]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON.")]
-
-
-def _run_help(name: str) -> str:
-    """The help of ``--overwrite``/``--resume`` of pool, graph and chains (their options hold
-    neither): the description of every other stage's field."""
-    text = StageConfig.model_fields[name].description or ""
-    return f"{text[:1].upper()}{text[1:]}."
-
-
-OverwriteOpt = Annotated[bool | None, typer.Option(help=_run_help("overwrite"))]
-ResumeOpt = Annotated[bool | None, typer.Option(help=_run_help("resume"))]
 RUN_FLAGS = ("concurrency", "shard", "resume", "overwrite")
 # Config fields whose flag is named otherwise (the rest: the field's own name, kebab-cased).
 _RENAMED = {"sandbox.wall_seconds_per_call": "call_timeout", "min_scores": "min_score"}
@@ -82,14 +72,14 @@ def _flags(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``config_flags`` for a stage: its ``fields`` (space-separated); a teacher stage's add the
     teacher's attempts (one call per ``per``) and the endpoint; a run over units (``unit``,
-    what --concurrency counts) adds the run's flags."""
+    what --concurrency counts) adds the run's flags it has."""
     names, helps = fields.split(), {"concurrency": f"{unit} at once"}
     if teacher := issubclass(model, TeacherStageConfig):
         names.append("teacher.max_attempts")
     if per:
         helps["teacher.max_attempts"] = f"teacher calls per {per}, retries included"
-    if issubclass(model, StageConfig):
-        names += RUN_FLAGS
+    if issubclass(model, RunConfig):
+        names += [name for name in RUN_FLAGS if name in model.model_fields]
     _FLAGGED[model] = {*names, *(f"model.{k}" for k in ENDPOINT_FLAGS if teacher)}
     return config_flags(model, names, flags=_RENAMED, helps=helps, endpoint=teacher)
 
@@ -114,7 +104,7 @@ def _bar(what: str) -> Iterator[Callable[[int, int], None]]:
 
 def _stage(
     stage: str,
-    model: type[StageConfig],
+    model: type[RunConfig],
     run: Callable[..., Any],
     what: str,
     overrides: dict[str, Any],
@@ -122,17 +112,14 @@ def _stage(
     out: Path,
     **given: Any,
 ) -> None:
-    """Load a stage's config (``given``: the flags config_flags does not make), run
-    the stage with a progress bar over ``what``, and print its summary."""
+    """Load a stage's config (``given``: the flags config_flags does not make), run the stage
+    (``run``, synchronous or async) with a progress bar over ``what``, and print its summary."""
     cfg = _load(model, stage, overrides, config, out=out, **given)
-    _show(f"{stage} → {cfg.out}", what, lambda hook: asyncio.run(run(cfg, hook)))
-
-
-def _show(title: str, what: str, run: Callable[[Callable[[int, int], None]], StageStats]) -> None:
-    """Run a stage with a progress bar over ``what`` and print its summary."""
     with _bar(what) as hook:
-        stats = run(hook)
-    _summary(title, stats)
+        stats = run(cfg, hook)
+        if inspect.iscoroutine(stats):
+            stats = asyncio.run(stats)
+    _summary(f"{stage} → {cfg.out}", stats)
 
 
 def _flag_of(
@@ -212,21 +199,8 @@ def _summary(title: str, stats: StageStats) -> None:
 
 @synth_app.command("pool")
 @cli_errors
-@_flags(PoolOptions, "domain shard")
-def pool(
-    out: OutOpt,
-    overrides: dict[str, Any],
-    mcp_config: Annotated[
-        Path | None,
-        typer.Option(help="An mcpServers config (JSON/YAML): its servers are started and listed."),
-    ] = None,
-    servers: Annotated[
-        Path | None,
-        typer.Option(help="A JSONL of server descriptions (ASTRA's mcp_servers.jsonl shape)."),
-    ] = None,
-    overwrite: OverwriteOpt = None,
-    resume: ResumeOpt = None,
-) -> None:
+@_flags(PoolConfig, "mcp_config servers domain")
+def pool(out: OutOpt, overrides: dict[str, Any], config: ConfigOpt = None) -> None:
     """The tool pool: every tool of MCP servers, one record each.
 
     Writes OUT/pool.jsonl (id server/tool, schemas, output hints, provenance),
@@ -236,25 +210,13 @@ def pool(
 
     Example: astra-train synth pool --servers mcp_servers.jsonl --out synth/pool --shard 0/4
     """
-    options = _load(PoolOptions, "pool", overrides)
-    _show(f"pool → {out}", "servers", lambda hook: build_pool(
-        out, mcp_config=mcp_config, servers=servers, options=options,
-        overwrite=bool(overwrite), resume=bool(resume), progress=hook,
-    ))  # fmt: skip
+    _stage("pool", PoolConfig, build_pool, "servers", overrides, config, out)
 
 
 @synth_app.command("graph")
 @cli_errors
-@_flags(GraphOptions, "min_score across_domains shard")
-def graph(
-    pool: Annotated[
-        list[Path], typer.Option(help="A `synth pool` --out (repeatable: the shards of a pool).")
-    ],
-    out: OutOpt,
-    overrides: dict[str, Any],
-    overwrite: OverwriteOpt = None,
-    resume: ResumeOpt = None,
-) -> None:
+@_flags(GraphConfig, "pool min_score across_domains")
+def graph(out: OutOpt, overrides: dict[str, Any], config: ConfigOpt = None) -> None:
     """The tool graph: edges "B can consume what A returns", from the schemas.
 
     Writes OUT/edges.jsonl (each edge with its score, matches and reason), nodes.jsonl,
@@ -262,24 +224,13 @@ def graph(
 
     Example: astra-train synth graph --pool synth/pool --out synth/graph --min-score 0.6
     """
-    options = _load(GraphOptions, "graph", overrides)
-    _show(f"graph → {out}", "tools", lambda hook: build_graph(
-        pool, out, options, overwrite=bool(overwrite), resume=bool(resume), progress=hook
-    ))  # fmt: skip
+    _stage("graph", GraphConfig, build_graph, "tools", overrides, config, out)
 
 
 @synth_app.command("chains")
 @cli_errors
-@_flags(ChainOptions, "count seed min_length max_length")
-def chains(
-    graph: Annotated[
-        list[Path], typer.Option(help="A `synth graph` --out (repeatable: the shards of a graph).")
-    ],
-    out: OutOpt,
-    overrides: dict[str, Any],
-    overwrite: OverwriteOpt = None,
-    resume: ResumeOpt = None,
-) -> None:
+@_flags(ChainConfig, "graph count seed min_length max_length")
+def chains(out: OutOpt, overrides: dict[str, Any], config: ConfigOpt = None) -> None:
     """Tool chains: distinct paths of 2-5 tools, by seeded weighted walks over the graph.
 
     Writes OUT/chains.jsonl (tools, edges and their scores), rejections.jsonl and stats.json
@@ -287,10 +238,7 @@ def chains(
 
     Example: astra-train synth chains --graph synth/graph --count 1000 --seed 7 --out synth/chains
     """
-    options = _load(ChainOptions, "chains", overrides)
-    _show(f"chains → {out}", "chains", lambda hook: sample_chains(
-        graph, out, options, overwrite=bool(overwrite), resume=bool(resume), progress=hook
-    ))  # fmt: skip
+    _stage("chains", ChainConfig, sample_chains, "chains", overrides, config, out)
 
 
 @synth_app.command("confirm")

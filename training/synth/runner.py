@@ -46,22 +46,30 @@ U = TypeVar("U")
 K = TypeVar("K", bound=str)
 
 
-class StageConfig(BaseModel):
-    """What every stage run over units takes besides its inputs and its own parameters
-    (``PARAMS``: the fields its results depend on, fingerprinted and kept in ``stats.json``)."""
+class RunConfig(BaseModel):
+    """What every stage run takes besides its inputs and its own parameters (``PARAMS``: the
+    fields its results depend on, fingerprinted and kept in ``stats.json``)."""
 
     model_config = ConfigDict(extra="forbid")
     PARAMS: ClassVar[tuple[str, ...]] = ()
 
     out: Path
-    concurrency: int = Field(8, ge=1, description="units at once")
-    shard: str | None = Field(
-        None, description="only the units whose key hashes to i, given as i/N (0-based)"
-    )
     resume: bool = Field(
         False, description="continue an interrupted run in --out (same inputs and parameters)"
     )
     overwrite: bool = Field(False, description="replace the outputs of an earlier run in --out")
+
+    def params(self) -> dict[str, Any]:
+        """What the results depend on (a teacher stage's run adds the teacher's part)."""
+        return self.model_dump(mode="json", include=set(self.PARAMS))
+
+
+class StageConfig(RunConfig):
+    """A run over units that can be split between machines (``shard``)."""
+
+    shard: str | None = Field(
+        None, description="only the units whose key hashes to i, given as i/N (0-based)"
+    )
 
     @model_validator(mode="after")
     def _shard(self) -> StageConfig:
@@ -69,13 +77,13 @@ class StageConfig(BaseModel):
         return self
 
     def params(self) -> dict[str, Any]:
-        """What the results depend on (a teacher stage's run adds the teacher's part)."""
-        return {**self.model_dump(mode="json", include=set(self.PARAMS)), "shard": self.shard}
+        return {**super().params(), "shard": self.shard}
 
 
 class TeacherStageConfig(StageConfig):
     """What every teacher stage takes: a stage's, the endpoint and the teacher."""
 
+    concurrency: int = Field(8, ge=1, description="units at once")
     model: ModelConfig = Field(default_factory=ModelConfig)
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     max_connection_failures: int = Field(5, ge=1)

@@ -1,13 +1,13 @@
 """Tool-chain SFT data, its first stages: the tool pool, the tool graph, the chains."""
 
-from training.synth.tools.chains import ChainOptions, ChainStats, ToolChain, sample_chains
+from training.synth.tools.chains import ChainConfig, ChainStats, ToolChain, sample_chains
 from training.synth.tools.graph import (
     Confirmation,
     EdgeJudge,
     EdgeMatch,
     EdgeQuestion,
+    GraphConfig,
     GraphNode,
-    GraphOptions,
     GraphStats,
     ToolEdge,
     Verdict,
@@ -15,19 +15,19 @@ from training.synth.tools.graph import (
     confirm_edges,
     propose_edges,
 )
-from training.synth.tools.pool import PoolOptions, PoolStats, ToolRecord, build_pool
+from training.synth.tools.pool import PoolConfig, PoolStats, ToolRecord, build_pool
 
 __all__ = [
-    "ChainOptions",
+    "ChainConfig",
     "ChainStats",
     "Confirmation",
     "EdgeJudge",
     "EdgeMatch",
     "EdgeQuestion",
+    "GraphConfig",
     "GraphNode",
-    "GraphOptions",
     "GraphStats",
-    "PoolOptions",
+    "PoolConfig",
     "PoolStats",
     "ToolChain",
     "ToolEdge",

@@ -31,11 +31,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from astra_agent.errors import ConfigError
-from training.synth.inputs import (
-    StageInput,
-    read_stage_output,
-)
+from training.synth.inputs import StageInput, read_stage_output
+from training.synth.runner import RunConfig
 from training.synth.stage import (
     Progress,
     Provenance,
@@ -85,9 +82,14 @@ class PersonaQuestion(Question):
     persona: str = Field(min_length=3, max_length=500)
 
 
-class ChainOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ChainConfig(RunConfig):
+    """``astra-train synth chains``."""
 
+    PARAMS = ("count", "seed", "min_length", "max_length", "max_attempts")
+
+    graph: list[Path] = Field(
+        min_length=1, description="a `synth graph` --out (repeatable: the shards of a graph)"
+    )
     count: int = Field(
         100, ge=1, description="distinct chains to sample (fewer if the graph holds fewer)"
     )
@@ -97,7 +99,7 @@ class ChainOptions(BaseModel):
     max_attempts: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
-    def _lengths(self) -> ChainOptions:
+    def _lengths(self) -> ChainConfig:
         if self.min_length > self.max_length:
             raise ValueError("min_length is larger than max_length")
         return self
@@ -293,36 +295,24 @@ def make_chain(
 # ------------------------------------------------------------------ the stage
 
 
-def sample_chains(
-    graphs: Sequence[Path],
-    out: Path,
-    options: ChainOptions | None = None,
-    *,
-    overwrite: bool = False,
-    resume: bool = False,
-    progress: Progress | None = None,
-) -> ChainStats:
-    """Sample ``options.count`` distinct chains from the graph directories into ``out``."""
-    options = options or ChainOptions()
-    if not graphs:
-        raise ConfigError("no graph directory given")
-    graph, rejected = read_graphs(graphs)
+def sample_chains(cfg: ChainConfig, progress: Progress | None = None) -> ChainStats:
+    """Sample ``cfg.count`` distinct chains from the graph directories into ``cfg.out``."""
+    graph, rejected = read_graphs(cfg.graph)
     if not graph.edges:
         raise SynthError(
             f"the graph has no edge ({len(graph.nodes)} tools): no chain can be made",
             hint="lower `synth graph --min-score`, or add tools of the same domain",
         )
     run, stats = open_run(
-        out, STAGE, output=CHAINS_FILE, record_type=ToolChain, stats=ChainStats,
-        inputs=input_files([d / name for d in graphs for name in (NODES_FILE, EDGES_FILE)]),
-        params=options.model_dump(), overwrite=overwrite, resume=resume,
-        requested=options.count,
+        cfg.out, STAGE, output=CHAINS_FILE, record_type=ToolChain, stats=ChainStats,
+        inputs=input_files([d / name for d in cfg.graph for name in (NODES_FILE, EDGES_FILE)]),
+        params=cfg.params(), overwrite=cfg.overwrite, resume=cfg.resume, requested=cfg.count,
     )  # fmt: skip
     if run.complete:
         return stats
-    sampler = _Sampler(graph, options, run, stats, progress)
+    sampler = _Sampler(graph, cfg, run, stats, progress)
     sampler.walks()
-    if len(sampler.order) < options.count:
+    if len(sampler.order) < cfg.count:
         sampler.fill()
     _coverage(stats, graph, sampler.taken)
     return run.finish(stats, sampler.order, rejections=rejected)
@@ -332,7 +322,7 @@ class _Sampler:
     def __init__(
         self,
         graph: Graph,
-        options: ChainOptions,
+        options: ChainConfig,
         run: StageRun[ToolChain],
         stats: ChainStats,
         progress: Progress | None,

@@ -43,9 +43,8 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.errors import ConfigError
-from training.synth.inputs import (
-    read_records,
-)
+from training.synth.inputs import read_records
+from training.synth.runner import StageConfig
 from training.synth.stage import (
     Progress,
     Provenance,
@@ -114,9 +113,14 @@ class GraphNode(BaseModel):
     in_degree: int = 0
 
 
-class GraphOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class GraphConfig(StageConfig):
+    """``astra-train synth graph``."""
 
+    PARAMS = ("min_score", "across_domains")
+
+    pool: list[Path] = Field(
+        min_length=1, description="a `synth pool` --out (repeatable: the shards of a pool)"
+    )
     min_score: float = Field(0.5, ge=0.0, le=1.0, description="keep edges scoring at least this")
     across_domains: bool = Field(False, description="pair tools of different domains too")
     shard: str | None = Field(
@@ -319,28 +323,17 @@ def _read_tools(pools: Sequence[Path]) -> tuple[list[ToolRecord], list[Signature
     return [tools[s.id] for s in sigs], sigs, rejected
 
 
-def build_graph(
-    pools: Sequence[Path],
-    out: Path,
-    options: GraphOptions | None = None,
-    *,
-    overwrite: bool = False,
-    resume: bool = False,
-    progress: Progress | None = None,
-) -> GraphStats:
-    """Read the pool directories (several: the shards of a pool), write ``out`` (see the
+def build_graph(cfg: GraphConfig, progress: Progress | None = None) -> GraphStats:
+    """Read the pool directories (several: the shards of a pool), write ``cfg.out`` (see the
     module's docstring); a tool whose schema cannot be read is rejected, the rest goes on."""
-    options = options or GraphOptions()
-    if not pools:
-        raise ConfigError("no pool directory given")
-    shard = Shard.parse(options.shard)
-    inputs = input_files([p / POOL_FILE for p in pools if (p / POOL_FILE).is_file()])
-    tools, sigs, rejected = _read_tools(pools)
+    shard = Shard.parse(cfg.shard)
+    inputs = input_files([p / POOL_FILE for p in cfg.pool if (p / POOL_FILE).is_file()])
+    tools, sigs, rejected = _read_tools(cfg.pool)
     if not sigs:
-        raise SynthError(f"no readable tool in {', '.join(map(str, pools))}")
+        raise SynthError(f"no readable tool in {', '.join(map(str, cfg.pool))}")
     run, stats = open_run(
-        out, STAGE, output=EDGES_FILE, record_type=ToolEdge, stats=GraphStats, inputs=inputs,
-        params=options.model_dump(), overwrite=overwrite, resume=resume,
+        cfg.out, STAGE, output=EDGES_FILE, record_type=ToolEdge, stats=GraphStats, inputs=inputs,
+        params=cfg.params(), overwrite=cfg.overwrite, resume=cfg.resume,
         extra_outputs=(NODES_FILE,),
     )  # fmt: skip
     if run.complete:
@@ -349,7 +342,7 @@ def build_graph(
     mine = [s for s in sigs if shard.holds(s.id)]
     for i, a in enumerate(mine, start=1):
         if not run.done(a.id):
-            run.commit(a.id, _edges_from(a, sigs, weights, options, run.fingerprint), [])
+            run.commit(a.id, _edges_from(a, sigs, weights, cfg, run.fingerprint), [])
         if progress is not None:
             progress(i, len(mine))
     edges = [e for a in mine for e in run.records(a.id)]
@@ -363,14 +356,14 @@ def _edges_from(
     a: Signature,
     sigs: Sequence[Signature],
     weights: Mapping[str, float],
-    options: GraphOptions,
+    cfg: GraphConfig,
     run_id: str,
 ) -> list[ToolEdge]:
     out = []
     for b in sigs:
-        if not options.across_domains and a.domain != b.domain:
+        if not cfg.across_domains and a.domain != b.domain:
             continue
-        edge = propose_edge(a, b, weights, options.min_score)
+        edge = propose_edge(a, b, weights, cfg.min_score)
         if edge is not None:
             edge.provenance = Provenance(
                 stage=STAGE,

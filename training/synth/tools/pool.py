@@ -40,11 +40,8 @@ from astra_agent.config import read_text
 from astra_agent.errors import ConfigError, ServerError
 from astra_agent.mcp_config import MCPConfig, load_mcp_config
 from astra_agent.mcp_env import MCPEnvironment
-from training.synth.inputs import (
-    json_lines,
-    read_records,
-    read_stage_output,
-)
+from training.synth.inputs import json_lines, read_records, read_stage_output
+from training.synth.runner import StageConfig
 from training.synth.stage import (
     Progress,
     Provenance,
@@ -84,9 +81,17 @@ class ToolRecord(BaseModel):
     provenance: Provenance | None = None
 
 
-class PoolOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class PoolConfig(StageConfig):
+    """``astra-train synth pool``: exactly one of ``mcp_config`` and ``servers``."""
 
+    PARAMS = ("domain",)
+
+    mcp_config: Path | None = Field(
+        None, description="an mcpServers config (JSON/YAML): its servers are started and listed"
+    )
+    servers: Path | None = Field(
+        None, description="a JSONL of server descriptions (ASTRA's mcp_servers.jsonl shape)"
+    )
     domain: str = Field("", description="domain of the servers of --mcp-config (it names none)")
     shard: str | None = Field(
         None, description="only the servers whose name hashes to i, given as i/N (0-based)"
@@ -333,38 +338,26 @@ def _stats_counts(stats: PoolStats, records: list[ToolRecord]) -> None:
     stats.by_domain = dict(sorted(stats.by_domain.items()))
 
 
-def build_pool(
-    out: Path,
-    *,
-    mcp_config: Path | None = None,
-    servers: Path | None = None,
-    options: PoolOptions | None = None,
-    overwrite: bool = False,
-    resume: bool = False,
-    progress: Progress | None = None,
-) -> PoolStats:
-    """Build ``out/pool.jsonl`` from an ``mcpServers`` config or a servers JSONL (exactly one
-    of them); see the module's docstring for what is written. Synchronous: it runs the MCP
+def build_pool(cfg: PoolConfig, progress: Progress | None = None) -> PoolStats:
+    """Build ``cfg.out/pool.jsonl`` from an ``mcpServers`` config or a servers JSONL (exactly
+    one of them); see the module's docstring for what is written. Synchronous: it runs the MCP
     servers' event loop itself (from async code, call it in a worker thread)."""
-    options = options or PoolOptions()
-    if (mcp_config is None) == (servers is None):
+    if (cfg.mcp_config is None) == (cfg.servers is None):
         raise ConfigError("give either --mcp-config or --servers (one of them)")
-    source = mcp_config if mcp_config is not None else servers
+    source = cfg.mcp_config or cfg.servers
     assert source is not None
-    shard = Shard.parse(options.shard)
-    config = load_mcp_config(source) if mcp_config is not None else None
-    params = {"source": "mcp" if config else "servers", **options.model_dump()}
+    shard = Shard.parse(cfg.shard)
+    config = load_mcp_config(source) if cfg.mcp_config is not None else None
+    params = {"source": "mcp" if config else "servers", **cfg.params()}
     run, stats = open_run(
-        out, STAGE, output=POOL_FILE, record_type=ToolRecord, stats=PoolStats,
-        inputs=input_files([source]), params=params, overwrite=overwrite, resume=resume,
+        cfg.out, STAGE, output=POOL_FILE, record_type=ToolRecord, stats=PoolStats,
+        inputs=input_files([source]), params=params, overwrite=cfg.overwrite, resume=cfg.resume,
         fsync=True,
     )  # fmt: skip
     if run.complete:
         return stats
     if config is not None:
-        order, rejected = _from_mcp(
-            run, config, str(source), options.domain, shard, stats, progress
-        )
+        order, rejected = _from_mcp(run, config, str(source), cfg.domain, shard, stats, progress)
     else:
         order, rejected = _from_servers(run, source, shard, stats, progress)
     records = [r for name in order for r in run.records(name)]
