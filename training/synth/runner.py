@@ -25,7 +25,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from astra_agent.errors import ConfigError
 from astra_agent.model import ChatModel, ModelConfig
 from training.synth.stage import (
-    InputFile,
     Progress,
     Provenance,
     Rejection,
@@ -78,6 +77,10 @@ class StageConfig(RunConfig):
 
     def params(self) -> dict[str, Any]:
         return {**super().params(), "shard": self.shard}
+
+    def holds(self, key: str) -> bool:
+        """Whether the unit ``key`` is this shard's."""
+        return Shard.parse(self.shard).holds(key)
 
 
 class TeacherStageConfig(StageConfig):
@@ -151,7 +154,7 @@ class TeacherStage(Generic[U, R, S]):
 
     name: str
     units: Sequence[tuple[str, U]]
-    inputs: list[InputFile]
+    inputs: Sequence[Path]  # the files read
     prompts: tuple[str, ...]  # the templates asked (their hashes are fingerprinted)
     output: str
     record: type[R]

@@ -114,10 +114,6 @@ class StageStats(BaseModel):
         return None
 
 
-def input_files(paths: Iterable[Path]) -> list[InputFile]:
-    return [InputFile(path=str(p), sha256=file_sha256(p)) for p in paths]
-
-
 def fingerprint(stage: str, inputs: list[InputFile], params: Mapping[str, Any]) -> str:
     keep = {
         "stage": stage,
@@ -392,7 +388,7 @@ def open_run(
     output: str,
     record_type: type[R],
     stats: type[S],
-    inputs: list[InputFile],
+    inputs: Iterable[Path],
     params: Mapping[str, Any],
     overwrite: bool = False,
     resume: bool = False,
@@ -401,19 +397,21 @@ def open_run(
     writes: str | None = None,
     **fields: Any,
 ) -> tuple[StageRun[R], S]:
-    """Open ``out`` for a ``stage`` run of ``inputs`` and ``params`` (its fingerprint), and its
-    stats: the finished run's where ``run.complete`` (nothing is left to do), else new ones
-    (``fields`` set, the units an interrupted run committed counted as resumed). ``writes``:
-    the stage the directory holds for later stages, where it is not ``stage``."""
+    """Open ``out`` for a ``stage`` run of the files ``inputs`` and ``params`` (its fingerprint:
+    the files' bytes and the parameters), and its stats: the finished run's where
+    ``run.complete`` (nothing is left to do), else new ones (``fields`` set, the units an
+    interrupted run committed counted as resumed). ``writes``: the stage the directory holds
+    for later stages, where it is not ``stage``."""
+    files = [InputFile(path=str(p), sha256=file_sha256(p)) for p in inputs]
     run = StageRun(
         out, stage=writes or stage, output=output, record_type=record_type,
-        fingerprint=fingerprint(stage, inputs, params), overwrite=overwrite, resume=resume,
+        fingerprint=fingerprint(stage, files, params), overwrite=overwrite, resume=resume,
         extra_outputs=extra_outputs, fsync=fsync,
     )  # fmt: skip
     if run.complete:
         return run, stats.model_validate(run.stats)
     return run, stats(
-        fingerprint=run.fingerprint, code_version=code_version(), inputs=inputs,
+        fingerprint=run.fingerprint, code_version=code_version(), inputs=files,
         params=dict(params), resumed_units=len(run.units), **fields,
     )  # fmt: skip
 

@@ -58,11 +58,9 @@ from training.synth.stage import (
     Progress,
     Provenance,
     Rejection,
-    Shard,
     StageStats,
     UnitOutcome,
     code_version,
-    input_files,
     open_run,
     run_units,
 )
@@ -232,16 +230,15 @@ class ArenaStage:
 async def build_arenas(cfg: ArenaConfig, progress: Progress | None = None) -> ArenaStats:
     """Arena records of the environments of ``cfg.envs`` (this shard's) into ``cfg.out``."""
     require_sandbox()
-    shard = Shard.parse(cfg.shard)
     got = read_stage_output(
         cfg.envs, EnvRecord, stage=STAGE, producer=ENV_CODE_STAGE, file=ENVS_FILE,
         duplicate="duplicate_record",
     )  # fmt: skip
     envs, rejected = [e for _, e in got.records], got.rejected
-    selected = [e for e in envs if shard.holds(e.id)]
+    selected = [e for e in envs if cfg.holds(e.id)]
     run, stats = open_run(
         cfg.out, STAGE, output=ARENAS_FILE, record_type=ArenaRecordOut, stats=ArenaStats,
-        inputs=input_files(got.files), params=cfg.params(), overwrite=cfg.overwrite,
+        inputs=got.files, params=cfg.params(), overwrite=cfg.overwrite,
         resume=cfg.resume, extra_outputs=(TRAIN_FILE, HELDOUT_FILE),
         environments=len(selected),
     )  # fmt: skip

@@ -68,10 +68,8 @@ from training.synth.stage import (
     Progress,
     Provenance,
     Rejection,
-    Shard,
     StageRun,
     UnitOutcome,
-    input_files,
 )
 from training.synth.teacher import TeacherRejected
 
@@ -306,14 +304,13 @@ class EnvCodeStage:
 async def synth_env_code(cfg: EnvCodeConfig, progress: Progress | None = None) -> EnvCodeStats:
     """Environments for the decompositions of ``cfg.decompositions`` (this shard's)."""
     require_sandbox()
-    shard = Shard.parse(cfg.shard)
     got = read_stage_output(
         cfg.decompositions, Decomposition, stage=STAGE, producer=DECOMPOSE_STAGE,
         file=DECOMPOSITIONS_FILE, duplicate="duplicate_record",
     )  # fmt: skip
-    selected = [(d.id, d) for _, d in got.records if shard.holds(d.id)]
+    selected = [(d.id, d) for _, d in got.records if cfg.holds(d.id)]
     spec = TeacherStage(
-        name=STAGE, units=selected, inputs=input_files(got.files), prompts=PROMPTS,
+        name=STAGE, units=selected, inputs=got.files, prompts=PROMPTS,
         output=ENVS_FILE, record=EnvRecord, stats=EnvCodeStats,
         start=lambda ctx: EnvCodeStage(cfg, ctx).process, count=_count, rejected=got.rejected,
         stats_fields={"decompositions": len(selected)},

@@ -80,7 +80,7 @@ from training.synth.runner import (
     score_rows,
     score_stats,
 )
-from training.synth.stage import Progress, Rejection, Shard, StageRun, UnitOutcome, input_files
+from training.synth.stage import Progress, Rejection, StageRun, UnitOutcome
 from training.synth.teacher import TeacherRejected
 from training.synth.text import NearDuplicates, signature
 
@@ -416,14 +416,13 @@ def _chain_json(draft: _Draft, steps: Sequence[SubQuestion]) -> str:
 
 async def synth_decompose(cfg: DecomposeConfig, progress: Progress | None = None) -> DecomposeStats:
     """Decompositions for the domains and seeds of ``cfg`` (this shard's) into ``cfg.out``."""
-    shard = Shard.parse(cfg.shard)
     slots, rejected, files = read_sources(
         domains=cfg.domains, taxonomy=cfg.taxonomy, seeds=cfg.seeds, per_domain=cfg.per_domain,
         stage=STAGE,
     )  # fmt: skip
-    selected = [(k, s) for k, s in slots if shard.holds(k)]
+    selected = [(k, s) for k, s in slots if cfg.holds(k)]
     spec = TeacherStage(
-        name=STAGE, units=selected, inputs=input_files(files), prompts=PROMPTS,
+        name=STAGE, units=selected, inputs=files, prompts=PROMPTS,
         output=DECOMPOSITIONS_FILE, record=Decomposition, stats=DecomposeStats,
         start=lambda ctx: DecomposeStage(cfg, ctx).process, count=_count, rejected=rejected,
         stats_fields={

@@ -41,7 +41,6 @@ from training.synth.stage import (
     StageStats,
     SynthError,
     code_version,
-    input_files,
     open_run,
 )
 from training.synth.tools.graph import (
@@ -305,7 +304,7 @@ def sample_chains(cfg: ChainConfig, progress: Progress | None = None) -> ChainSt
         )
     run, stats = open_run(
         cfg.out, STAGE, output=CHAINS_FILE, record_type=ToolChain, stats=ChainStats,
-        inputs=input_files([d / name for d in cfg.graph for name in (NODES_FILE, EDGES_FILE)]),
+        inputs=[d / name for d in cfg.graph for name in (NODES_FILE, EDGES_FILE)],
         params=cfg.params(), overwrite=cfg.overwrite, resume=cfg.resume, requested=cfg.count,
     )  # fmt: skip
     if run.complete:

@@ -53,11 +53,9 @@ from training.synth.runner import (
 from training.synth.stage import (
     Progress,
     Rejection,
-    Shard,
     StageRun,
     UnitOutcome,
     check_out,
-    input_files,
 )
 from training.synth.teacher import Answer, TeacherRejected
 from training.synth.text import cut_text
@@ -246,12 +244,11 @@ async def synth_check_chains(
 ) -> CheckStats:
     """Vote on and back-translate the chains of ``cfg.chains`` (this shard's) into ``cfg.out``."""
     check_out(cfg.out, [*cfg.chains, *cfg.pool], "--chains or --pool")
-    shard = Shard.parse(cfg.shard)
     chains = read_chains(cfg.chains, STAGE)
     tools, pool_files = read_tools(cfg.pool, STAGE)
-    selected = [(c.id, c) for _, c in chains.records if shard.holds(c.id)]
+    selected = [(c.id, c) for _, c in chains.records if cfg.holds(c.id)]
     spec = TeacherStage(
-        name=STAGE, units=selected, inputs=input_files([*chains.files, *pool_files]),
+        name=STAGE, units=selected, inputs=[*chains.files, *pool_files],
         prompts=PROMPTS if cfg.back_translate else (VOTE,), output=CHAINS_FILE,
         record=ToolChain, stats=CheckStats, writes=CHAINS_STAGE, rejected=chains.rejected,
         start=lambda ctx: CheckStage(cfg, ctx, tools).process,

@@ -44,12 +44,10 @@ from training.synth.runner import (
 from training.synth.stage import (
     Progress,
     Rejection,
-    Shard,
     StageRun,
     SynthError,
     UnitOutcome,
     check_out,
-    input_files,
     read_stats,
 )
 from training.synth.teacher import TeacherRejected
@@ -300,12 +298,11 @@ class ConfirmStage:
 async def synth_confirm(cfg: ConfirmConfig, progress: Progress | None = None) -> ConfirmStats:
     """The teacher's verdict on every edge of ``cfg.graph`` (this shard's) into ``cfg.out``."""
     check_out(cfg.out, cfg.graph, "--graph")
-    shard = Shard.parse(cfg.shard)
     graph = read_graph_dirs(cfg.graph)
     pools = cfg.pool or default_pools(graph, cfg.graph)
     tools, pool_files = read_tools(pools, STAGE)
     mine = sorted(
-        ((w, e) for w, e in graph.edges if shard.holds(e.source)),
+        ((w, e) for w, e in graph.edges if cfg.holds(e.source)),
         key=lambda we: (we[1].source, we[1].target),
     )
     if not graph.nodes:
@@ -313,7 +310,7 @@ async def synth_confirm(cfg: ConfirmConfig, progress: Progress | None = None) ->
     units = [(f"batch-{i // cfg.batch:06d}", mine[i : i + cfg.batch])
              for i in range(0, len(mine), cfg.batch)]  # fmt: skip
     spec = TeacherStage(
-        name=STAGE, units=units, inputs=input_files([*graph.files, *pool_files]),
+        name=STAGE, units=units, inputs=[*graph.files, *pool_files],
         prompts=(CONFIRM,), output=EDGES_FILE, record=ToolEdge, stats=ConfirmStats,
         writes=GRAPH_STAGE, extra_outputs=(NODES_FILE,), rejected=graph.rejected,
         start=lambda ctx: ConfirmStage(ctx, tools).process,

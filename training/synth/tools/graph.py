@@ -49,11 +49,9 @@ from training.synth.stage import (
     Progress,
     Provenance,
     Rejection,
-    Shard,
     StageStats,
     SynthError,
     code_version,
-    input_files,
     open_run,
     read_stats,
 )
@@ -326,8 +324,7 @@ def _read_tools(pools: Sequence[Path]) -> tuple[list[ToolRecord], list[Signature
 def build_graph(cfg: GraphConfig, progress: Progress | None = None) -> GraphStats:
     """Read the pool directories (several: the shards of a pool), write ``cfg.out`` (see the
     module's docstring); a tool whose schema cannot be read is rejected, the rest goes on."""
-    shard = Shard.parse(cfg.shard)
-    inputs = input_files([p / POOL_FILE for p in cfg.pool if (p / POOL_FILE).is_file()])
+    inputs = [p / POOL_FILE for p in cfg.pool if (p / POOL_FILE).is_file()]
     tools, sigs, rejected = _read_tools(cfg.pool)
     if not sigs:
         raise SynthError(f"no readable tool in {', '.join(map(str, cfg.pool))}")
@@ -339,7 +336,7 @@ def build_graph(cfg: GraphConfig, progress: Progress | None = None) -> GraphStat
     if run.complete:
         return stats
     weights = token_weights(sigs)
-    mine = [s for s in sigs if shard.holds(s.id)]
+    mine = [s for s in sigs if cfg.holds(s.id)]
     for i, a in enumerate(mine, start=1):
         if not run.done(a.id):
             run.commit(a.id, _edges_from(a, sigs, weights, cfg, run.fingerprint), [])

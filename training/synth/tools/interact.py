@@ -54,10 +54,8 @@ from training.synth.runner import (
 from training.synth.stage import (
     Progress,
     Rejection,
-    Shard,
     StageRun,
     UnitOutcome,
-    input_files,
 )
 from training.synth.teacher import Teacher, TokenCount, count_usage
 from training.synth.tools.environments import (
@@ -368,13 +366,12 @@ async def _start_live(path: Path, servers: dict[str, Any]) -> MCPEnvironment | N
 
 async def synth_interact(cfg: InteractConfig, progress: Progress | None = None) -> InteractStats:
     """Episodes for the tasks of ``cfg.tasks`` (this shard's) into ``cfg.out``."""
-    shard = Shard.parse(cfg.shard)
     tasks = read_stage_output(
         cfg.tasks, TaskRecord, stage=STAGE, producer="tasks", file=TASKS_FILE,
         duplicate="duplicate_task",
     )  # fmt: skip
     pool, pool_files = read_tools(cfg.pool, STAGE)
-    selected = [(t.id, t) for _, t in tasks.records if shard.holds(t.id)]
+    selected = [(t.id, t) for _, t in tasks.records if cfg.holds(t.id)]
     extra = [cfg.mcp_config] if cfg.mcp_config is not None else []
     servers: dict[str, Any] = {}  # live and failed, for the stats
 
@@ -397,7 +394,7 @@ async def synth_interact(cfg: InteractConfig, progress: Progress | None = None) 
             setattr(stats, name, value)
 
     spec = TeacherStage(
-        name=STAGE, units=selected, inputs=input_files([*tasks.files, *pool_files, *extra]),
+        name=STAGE, units=selected, inputs=[*tasks.files, *pool_files, *extra],
         prompts=(SIMULATE,) if cfg.simulate else (), output=INTERACTIONS_FILE,
         record=Trajectory, stats=InteractStats, start=start, count=count,
         rejected=tasks.rejected, stats_fields={"tasks": len(selected)}, agent=True,

@@ -48,10 +48,8 @@ from training.synth.runner import (
 from training.synth.stage import (
     Progress,
     Rejection,
-    Shard,
     StageRun,
     UnitOutcome,
-    input_files,
 )
 from training.synth.text import cut_text
 
@@ -226,14 +224,13 @@ class JudgeStage:
 
 async def synth_judge(cfg: JudgeConfig, progress: Progress | None = None) -> JudgeStats:
     """Judge the trajectories of ``cfg.interactions`` (this shard's) into ``cfg.out``."""
-    shard = Shard.parse(cfg.shard)
     got = read_stage_output(
         cfg.interactions, Trajectory, stage=STAGE, producer="interact", file=INTERACTIONS_FILE,
         duplicate="duplicate_trajectory", check=_judgeable, say_where=True,
     )  # fmt: skip
-    selected = [(t.id, (src, t)) for src, t in got.records if shard.holds(t.id)]
+    selected = [(t.id, (src, t)) for src, t in got.records if cfg.holds(t.id)]
     spec = TeacherStage(
-        name=STAGE, units=selected, inputs=input_files(got.files), prompts=(JUDGE,),
+        name=STAGE, units=selected, inputs=got.files, prompts=(JUDGE,),
         output=TRAJECTORIES_FILE, record=Trajectory, stats=JudgeStats,
         start=lambda ctx: JudgeStage(cfg, ctx).process, count=_count, rejected=got.rejected,
         stats_fields={"trajectories": len(selected), "thresholds": {

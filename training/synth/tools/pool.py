@@ -51,7 +51,6 @@ from training.synth.stage import (
     StageStats,
     SynthError,
     code_version,
-    input_files,
     open_run,
     read_stats,
 )
@@ -351,7 +350,7 @@ def build_pool(cfg: PoolConfig, progress: Progress | None = None) -> PoolStats:
     params = {"source": "mcp" if config else "servers", **cfg.params()}
     run, stats = open_run(
         cfg.out, STAGE, output=POOL_FILE, record_type=ToolRecord, stats=PoolStats,
-        inputs=input_files([source]), params=params, overwrite=cfg.overwrite, resume=cfg.resume,
+        inputs=[source], params=params, overwrite=cfg.overwrite, resume=cfg.resume,
         fsync=True,
     )  # fmt: skip
     if run.complete:

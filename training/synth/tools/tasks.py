@@ -66,10 +66,8 @@ from training.synth.stage import (
     Progress,
     Provenance,
     Rejection,
-    Shard,
     StageRun,
     UnitOutcome,
-    input_files,
 )
 from training.synth.teacher import TeacherRejected
 from training.synth.text import NearDuplicates, quote, signature, similarity
@@ -407,13 +405,12 @@ class TasksStage:
 
 async def synth_tasks(cfg: TasksConfig, progress: Progress | None = None) -> TaskStats:
     """Questions for the chains of ``cfg.chains`` (this shard's) into ``cfg.out``."""
-    shard = Shard.parse(cfg.shard)
     chains = read_chains(cfg.chains, STAGE)
     tools, pool_files = read_tools(cfg.pool, STAGE)
     bfcl = bfcl_index(cfg.decontam_threshold, cfg.shingle) if cfg.decontaminate else None
-    selected = [(c.id, c) for _, c in chains.records if shard.holds(c.id)]
+    selected = [(c.id, c) for _, c in chains.records if cfg.holds(c.id)]
     spec = TeacherStage(
-        name=STAGE, units=selected, inputs=input_files([*chains.files, *pool_files]),
+        name=STAGE, units=selected, inputs=[*chains.files, *pool_files],
         prompts=PROMPTS, output=TASKS_FILE, record=TaskRecord, stats=TaskStats,
         start=lambda ctx: TasksStage(cfg, ctx, tools, bfcl).process, count=_count,
         rejected=chains.rejected, stats_fields={
