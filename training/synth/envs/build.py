@@ -50,9 +50,7 @@ from training.synth.envs.code import ENVS_FILE, EnvRecord
 from training.synth.envs.code import STAGE as ENV_CODE_STAGE
 from training.synth.envs.distract import DistractorIndex, Entry, Pick
 from training.synth.envs.sandboxed import EnvTool, cut, require_sandbox
-from training.synth.inputs import (
-    read_stage_output,
-)
+from training.synth.inputs import read_stage_output
 from training.synth.runner import StageConfig
 from training.synth.stage import (
     Progress,

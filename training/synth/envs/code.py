@@ -53,9 +53,7 @@ from training.synth.envs.sandboxed import (
     cut,
     require_sandbox,
 )
-from training.synth.inputs import (
-    read_stage_output,
-)
+from training.synth.inputs import read_stage_output
 from training.synth.runner import (
     StageContext,
     TeacherStage,

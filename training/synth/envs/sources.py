@@ -25,12 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from astra_agent.errors import ConfigError
 from astra_agent.runio import jsonl_lines
 from training.synth.envs.records import ID_PATTERN
-from training.synth.inputs import (
-    read_records,
-)
-from training.synth.stage import (
-    Rejection,
-)
+from training.synth.inputs import read_records
+from training.synth.stage import Rejection
 
 
 class DomainSpec(BaseModel):

@@ -275,12 +275,11 @@ def verify_reply(text: str) -> dict[str, Any]:
     return {**scores, "reason": "scored by rule"}
 
 
-def scripted_reply(name: str, prompt_text: str) -> dict[str, Any]:
-    """The good answer to a ``decompose``, ``necessity`` or ``verify`` prompt (see the module)."""
+@rule("decompose", "necessity", "verify")
+def scripted_reply(
+    name: str, prompt_text: str, plants: ScriptedPlants | None = None
+) -> dict[str, Any]:
+    """The good answer to a ``decompose``, ``necessity`` or ``verify`` prompt (see the module;
+    the plants are in the prompt)."""
     rules = {"decompose": decompose_reply, "necessity": necessity_reply, "verify": verify_reply}
     return rules[name](prompt_text)
-
-
-@rule("decompose", "necessity", "verify")
-def _registered(name: str, prompt_text: str, plants: ScriptedPlants) -> dict[str, Any]:
-    return scripted_reply(name, prompt_text)

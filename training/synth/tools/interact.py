@@ -41,9 +41,7 @@ from astra_agent.mcp_config import load_mcp_config
 from astra_agent.mcp_env import MCPEnvironment, assign_names
 from astra_agent.model import ChatModel, DeltaHook, EndpointError, Model, ModelTurn
 from astra_agent.trajectory import Trajectory
-from training.synth.inputs import (
-    read_stage_output,
-)
+from training.synth.inputs import read_stage_output
 from training.synth.runner import (
     StageContext,
     TeacherStage,

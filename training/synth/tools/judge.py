@@ -30,9 +30,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from astra_agent.trajectory import Trajectory
-from training.synth.inputs import (
-    read_stage_output,
-)
+from training.synth.inputs import read_stage_output
 from training.synth.runner import (
     ScoreStats,
     StageContext,

@@ -46,7 +46,6 @@ from training.synth.stage import (
     Progress,
     Provenance,
     Rejection,
-    Shard,
     StageRun,
     StageStats,
     SynthError,
@@ -345,7 +344,6 @@ def build_pool(cfg: PoolConfig, progress: Progress | None = None) -> PoolStats:
         raise ConfigError("give either --mcp-config or --servers (one of them)")
     source = cfg.mcp_config or cfg.servers
     assert source is not None
-    shard = Shard.parse(cfg.shard)
     config = load_mcp_config(source) if cfg.mcp_config is not None else None
     params = {"source": "mcp" if config else "servers", **cfg.params()}
     run, stats = open_run(
@@ -356,9 +354,9 @@ def build_pool(cfg: PoolConfig, progress: Progress | None = None) -> PoolStats:
     if run.complete:
         return stats
     if config is not None:
-        order, rejected = _from_mcp(run, config, str(source), cfg.domain, shard, stats, progress)
+        order, rejected = _from_mcp(run, cfg, config, stats, progress)
     else:
-        order, rejected = _from_servers(run, source, shard, stats, progress)
+        order, rejected = _from_servers(run, cfg, source, stats, progress)
     records = [r for name in order for r in run.records(name)]
     _stats_counts(stats, records)
     if not records:
@@ -374,13 +372,13 @@ def build_pool(cfg: PoolConfig, progress: Progress | None = None) -> PoolStats:
 
 def _from_servers(
     run: StageRun[ToolRecord],
+    cfg: PoolConfig,
     path: Path,
-    shard: Shard,
     stats: PoolStats,
     progress: Progress | None,
 ) -> tuple[list[str], list[Rejection]]:
     entries, rejected = read_servers(path)
-    mine = [e for e in entries if shard.holds(e.name)]
+    mine = [e for e in entries if cfg.holds(e.name)]
     stats.servers = len(mine)
     for i, entry in enumerate(mine, start=1):
         if not run.done(entry.name):
@@ -393,14 +391,13 @@ def _from_servers(
 
 def _from_mcp(
     run: StageRun[ToolRecord],
+    cfg: PoolConfig,
     config: MCPConfig,
-    source: str,
-    domain: str,
-    shard: Shard,
     stats: PoolStats,
     progress: Progress | None,
 ) -> tuple[list[str], list[Rejection]]:
-    names = [n for n in config.enabled() if shard.holds(n)]
+    source = f"mcp:{cfg.mcp_config}"
+    names = [n for n in config.enabled() if cfg.holds(n)]
     stats.servers = len(names)
     todo = [n for n in names if not run.done(n)]
     if progress is not None:
@@ -408,7 +405,7 @@ def _from_mcp(
     rejected: list[Rejection] = []
     if todo:
         subset = config.model_copy(update={"servers": {n: config.servers[n] for n in todo}})
-        entries, failures = asyncio.run(list_servers(subset, f"mcp:{source}", domain))
+        entries, failures = asyncio.run(list_servers(subset, source, cfg.domain))
         for entry in entries:
             records, why = _server_records(entry, run.fingerprint)
             run.commit(entry.name, records, why)
@@ -418,7 +415,7 @@ def _from_mcp(
                 rejected.append(
                     Rejection(
                         stage=STAGE,
-                        source=f"mcp:{source}",
+                        source=source,
                         id=name,
                         reason="server_failed",
                         detail=failures[name],
