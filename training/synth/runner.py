@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -45,12 +45,19 @@ U = TypeVar("U")
 K = TypeVar("K", bound=str)
 
 
+def _is_path(annotation: Any) -> bool:
+    """``Path``, ``Path | None``, ``list[Path]``: a stage's input files or directories."""
+    return annotation is Path or any(_is_path(a) for a in get_args(annotation))
+
+
 class RunConfig(BaseModel):
-    """What every stage run takes besides its inputs and its own parameters (``PARAMS``: the
-    fields its results depend on, fingerprinted and kept in ``stats.json``)."""
+    """What every stage run takes. A stage adds its inputs (``Path`` fields: the bytes of the
+    files read are fingerprinted) and its parameters: every other field that is not one of
+    ``KNOBS`` (how the run goes, not what it gives); they are fingerprinted and kept in
+    ``stats.json``."""
 
     model_config = ConfigDict(extra="forbid")
-    PARAMS: ClassVar[tuple[str, ...]] = ()
+    KNOBS: ClassVar[frozenset[str]] = frozenset({"out", "resume", "overwrite"})
 
     out: Path
     resume: bool = Field(
@@ -60,12 +67,15 @@ class RunConfig(BaseModel):
 
     def params(self) -> dict[str, Any]:
         """What the results depend on (a teacher stage's run adds the teacher's part)."""
-        return self.model_dump(mode="json", include=set(self.PARAMS))
+        fields = type(self).model_fields.items()
+        own = {k for k, f in fields if k not in self.KNOBS and not _is_path(f.annotation)}
+        return self.model_dump(mode="json", include=own)
 
 
 class StageConfig(RunConfig):
     """A run over units that can be split between machines (``shard``)."""
 
+    KNOBS = RunConfig.KNOBS | {"shard"}
     shard: str | None = Field(
         None, description="only the units whose key hashes to i, given as i/N (0-based)"
     )
@@ -86,6 +96,7 @@ class StageConfig(RunConfig):
 class TeacherStageConfig(StageConfig):
     """What every teacher stage takes: a stage's, the endpoint and the teacher."""
 
+    KNOBS = StageConfig.KNOBS | {"concurrency", "model", "teacher", "max_connection_failures"}
     concurrency: int = Field(8, ge=1, description="units at once")
     model: ModelConfig = Field(default_factory=ModelConfig)
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)

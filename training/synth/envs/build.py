@@ -73,7 +73,7 @@ Split = Literal["train", "heldout"]
 class ArenaConfig(StageConfig):
     """``astra-train synth arenas``."""
 
-    PARAMS = ("near", "far", "near_pool", "far_ratio", "heldout", "seed", "sandbox")
+    KNOBS = StageConfig.KNOBS | {"concurrency"}
 
     envs: list[Path] = Field(
         min_length=1, description="`synth env-code` outputs or JSONL files (repeatable)"

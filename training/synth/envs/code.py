@@ -124,7 +124,7 @@ class CheckLimits(SandboxLimits):
 class EnvCodeConfig(TeacherStageConfig):
     """``astra-train synth env-code``."""
 
-    PARAMS = ("max_retries", "merge", "probe", "sandbox", "feedback_chars")
+    KNOBS = TeacherStageConfig.KNOBS | {"sandboxes"}
 
     decompositions: list[Path] = Field(
         min_length=1,

@@ -167,16 +167,6 @@ def _reject(source: str, rid: str, reason: str, detail: str = "", **kw: Any) -> 
 class DecomposeConfig(TeacherStageConfig):
     """``astra-train synth decompose``: at least one of ``domains``, ``taxonomy``, ``seeds``."""
 
-    PARAMS = (
-        "per_domain",
-        "min_steps",
-        "max_steps",
-        "min_scores",
-        "min_overall",
-        "dedup_threshold",
-        "shingle",
-    )
-
     domains: Path | None = Field(None, description="one domain a line, or JSONL name/description")
     taxonomy: Path | None = Field(None, description="a JSON tree; its leaves are domains")
     seeds: Path | None = Field(None, description="JSONL: question, answer?, domain?, id?")

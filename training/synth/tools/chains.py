@@ -84,8 +84,6 @@ class PersonaQuestion(Question):
 class ChainConfig(RunConfig):
     """``astra-train synth chains``."""
 
-    PARAMS = ("count", "seed", "min_length", "max_length", "max_attempts")
-
     graph: list[Path] = Field(
         min_length=1, description="a `synth graph` --out (repeatable: the shards of a graph)"
     )

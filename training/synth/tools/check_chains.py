@@ -85,8 +85,6 @@ class Predicted(BaseModel):
 class CheckChainsConfig(TeacherStageConfig):
     """``astra-train synth check-chains``."""
 
-    PARAMS = ("votes", "vote_threshold", "back_translate", "max_offered", "seed")
-
     chains: list[Path] = Field(
         min_length=1, description="`synth chains` outputs or JSONL files (repeatable)"
     )

@@ -116,8 +116,6 @@ def verdicts_schema(n: int) -> type[EdgeVerdicts]:
 class ConfirmConfig(TeacherStageConfig):
     """``astra-train synth confirm``."""
 
-    PARAMS = ("batch",)
-
     graph: list[Path] = Field(
         min_length=1, description="`synth graph` outputs (shards) (repeatable)"
     )

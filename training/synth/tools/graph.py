@@ -114,8 +114,6 @@ class GraphNode(BaseModel):
 class GraphConfig(StageConfig):
     """``astra-train synth graph``."""
 
-    PARAMS = ("min_score", "across_domains")
-
     pool: list[Path] = Field(
         min_length=1, description="a `synth pool` --out (repeatable: the shards of a pool)"
     )

@@ -78,19 +78,6 @@ EnvironmentKind = Literal["live", "simulated", "mixed"]
 class InteractConfig(TeacherStageConfig):
     """``astra-train synth interact``."""
 
-    PARAMS = (
-        "simulate",
-        "offer",
-        "failure_rate",
-        "seed",
-        "max_steps",
-        "max_time_s",
-        "tool_timeout_s",
-        "max_tool_output_chars",
-        "history_chars",
-        "system_prompt",
-    )
-
     tasks: list[Path] = Field(
         min_length=1, description="`synth tasks` outputs or JSONL files (repeatable)"
     )

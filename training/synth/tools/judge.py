@@ -93,8 +93,6 @@ class JudgeConfig(TeacherStageConfig):
     """``astra-train synth judge``. Kept: overall ≥ ``min_score`` and each criterion ≥ its
     ``min_each`` (2 for a name left out)."""
 
-    PARAMS = ("min_score", "min_each", "result_chars", "reasoning_chars")
-
     interactions: list[Path] = Field(
         min_length=1, description="`synth interact` outputs or JSONL (repeatable)"
     )

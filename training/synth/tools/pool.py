@@ -82,8 +82,6 @@ class ToolRecord(BaseModel):
 class PoolConfig(StageConfig):
     """``astra-train synth pool``: exactly one of ``mcp_config`` and ``servers``."""
 
-    PARAMS = ("domain",)
-
     mcp_config: Path | None = Field(
         None, description="an mcpServers config (JSON/YAML): its servers are started and listed"
     )

@@ -124,16 +124,6 @@ class TasksConfig(TeacherStageConfig):
     """``astra-train synth tasks``. Thresholds: every score at least ``min_scores`` (3 each by
     default; a name left out keeps its default) and the four's mean at least ``min_mean``."""
 
-    PARAMS = (
-        "modes",
-        "min_scores",
-        "min_mean",
-        "dedup_threshold",
-        "decontaminate",
-        "decontam_threshold",
-        "shingle",
-    )
-
     chains: list[Path] = Field(
         min_length=1, description="`synth chains` outputs or JSONL files (repeatable)"
     )
