@@ -411,7 +411,7 @@ def open_run(
     if run.complete:
         return run, stats.model_validate(run.stats)
     return run, stats(
-        fingerprint=run.fingerprint, code_version=code_version(), inputs=files,
+        stage=run.stage, fingerprint=run.fingerprint, code_version=code_version(), inputs=files,
         params=dict(params), resumed_units=len(run.units), **fields,
     )  # fmt: skip
 

@@ -106,7 +106,6 @@ class ArenaRecordOut(BaseModel):
 
 
 class ArenaStats(StageStats):
-    stage: str = STAGE
     environments: int = 0
     train: int = 0
     heldout: int = 0

@@ -147,7 +147,6 @@ class EnvCodeConfig(TeacherStageConfig):
 
 
 class EnvCodeStats(TeacherStageStats):
-    stage: str = STAGE
     decompositions: int = 0
     environments: int = 0
     tool_steps: int = 0  # reference calls over the kept environments

@@ -196,7 +196,6 @@ def parse_min_scores(values: Sequence[str]) -> dict[ScoreName, int]:
 
 
 class DecomposeStats(TeacherStageStats):
-    stage: str = STAGE
     units: int = 0  # questions asked for: domain slots and seeds (this shard's)
     domains: int = 0
     seeds: int = 0

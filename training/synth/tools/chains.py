@@ -103,7 +103,6 @@ class ChainConfig(RunConfig):
 
 
 class ChainStats(StageStats):
-    stage: str = STAGE
     requested: int = 0
     chains: int = 0
     attempts: int = 0

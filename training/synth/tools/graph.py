@@ -125,7 +125,6 @@ class GraphConfig(StageConfig):
 
 
 class GraphStats(StageStats):
-    stage: str = STAGE
     tools: int = 0
     edges: int = 0
     cross_server: int = 0

@@ -104,7 +104,6 @@ class InteractConfig(TeacherStageConfig):
 
 
 class InteractStats(TeacherStageStats):
-    stage: str = STAGE
     tasks: int = 0
     trajectories: int = 0
     by_environment: dict[str, int] = Field(default_factory=dict)

@@ -113,7 +113,6 @@ def parse_min_each(values: Sequence[str]) -> dict[str, int]:
 
 
 class JudgeStats(TeacherStageStats):
-    stage: str = STAGE
     trajectories: int = 0  # read (this shard's)
     judged: int = 0
     kept: int = 0

@@ -95,7 +95,6 @@ class PoolConfig(StageConfig):
 
 
 class PoolStats(StageStats):
-    stage: str = STAGE
     servers: int = 0
     servers_failed: dict[str, str] = Field(default_factory=dict)
     tools: int = 0

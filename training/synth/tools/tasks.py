@@ -157,7 +157,6 @@ def parse_min_scores(values: Sequence[str]) -> dict[str, int]:
 
 
 class TaskStats(TeacherStageStats):
-    stage: str = STAGE
     chains: int = 0
     questions: int = 0
     by_mode: dict[str, int] = Field(default_factory=dict)
