@@ -411,8 +411,8 @@ def open_run(
     if run.complete:
         return run, stats.model_validate(run.stats)
     return run, stats(
-        stage=run.stage, fingerprint=run.fingerprint, code_version=code_version(), inputs=files,
-        params=dict(params), resumed_units=len(run.units), **fields,
+        stage=run.stage, fingerprint=run.fingerprint, code_version=code_version(),
+        inputs=files, params=dict(params), resumed_units=len(run.units), **fields,
     )  # fmt: skip
 
 

@@ -302,7 +302,8 @@ def sample_chains(cfg: ChainConfig, progress: Progress | None = None) -> ChainSt
     run, stats = open_run(
         cfg.out, STAGE, output=CHAINS_FILE, record_type=ToolChain, stats=ChainStats,
         inputs=[d / name for d in cfg.graph for name in (NODES_FILE, EDGES_FILE)],
-        params=cfg.params(), overwrite=cfg.overwrite, resume=cfg.resume, requested=cfg.count,
+        params=cfg.params(), overwrite=cfg.overwrite, resume=cfg.resume,
+        requested=cfg.count,
     )  # fmt: skip
     if run.complete:
         return stats

@@ -239,10 +239,6 @@ def match_param(a: Signature, p: SchemaField, weights: Mapping[str, float]) -> E
     return best if best.score >= MATCH_FLOOR else None
 
 
-def _reason(a: Signature, b: Signature, m: EdgeMatch) -> str:
-    return f"{b.name}.{m.param} ← {a.name} ({m.rule}: {m.via})"
-
-
 def propose_edge(
     a: Signature, b: Signature, weights: Mapping[str, float], min_score: float = 0.5
 ) -> ToolEdge | None:
@@ -263,7 +259,7 @@ def propose_edge(
         source=a.id,
         target=b.id,
         score=best.score,
-        reason=_reason(a, b, best),
+        reason=f"{b.name}.{best.param} ← {a.name} ({best.rule}: {best.via})",
         matches=matches,
         same_server=a.server == b.server,
         domain=a.domain if a.domain == b.domain else "",
