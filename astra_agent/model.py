@@ -325,6 +325,7 @@ class ChatModel(Model):
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         stream: bool,
+        user: str | None = None,
     ) -> dict[str, Any]:
         """The request's JSON body: sampling settings, then ``extra_body`` (which wins)."""
         c = self.config
@@ -345,6 +346,8 @@ class ChatModel(Model):
             body["tools"] = tools
         if stream:
             body["stream_options"] = {"include_usage": True}
+        if user is not None:
+            body["user"] = user
         body.update(c.extra_body)
         return body
 
@@ -353,14 +356,16 @@ class ChatModel(Model):
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         on_delta: DeltaHook | None = None,
+        *,
+        user: str | None = None,
     ) -> ModelTurn:
         """One model call. With ``on_delta`` the reply is streamed: ``on_delta(kind, text)``
-        gets each piece of ``reasoning`` and ``content`` as it arrives."""
+        gets each piece of ``reasoning`` and ``content`` as it arrives. ``user`` is sent as the
+        request's ``user`` (OpenAI's end-user tag; τ² names the conversation there)."""
         model = await self.model_name()
         stream = on_delta is not None
-        body = self._body(
-            model, prepare_messages(messages, self.config.reasoning_field), tools, stream
-        )
+        messages = prepare_messages(messages, self.config.reasoning_field)
+        body = self._body(model, messages, tools, stream, user)
         t0 = time.monotonic()
         timeout = self.config.request_timeout_s
         try:

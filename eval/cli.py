@@ -24,11 +24,13 @@ from eval.arenas.runner import ArenaEvalConfig
 from eval.bfcl.runner import BFCLConfig
 from eval.general.runner import GeneralEvalConfig
 from eval.runner import ProgressEvent
-from eval.summaries import ArenaSummary, BFCLSummary
+from eval.summaries import ArenaSummary, BFCLSummary, Tau2Summary
+from eval.tau2.runner import Tau2Config
 
 app = typer.Typer(
     name="astra-eval",
-    help="Evaluate models: BFCL-V3 multi-turn and the RL arenas (sandboxed Python tools).\n\n"
+    help="Evaluate models: BFCL-V3 multi-turn, τ²-bench, the RL arenas (sandboxed Python tools) "
+    "and general ability.\n\n"
     "Example: astra-eval arenas --data eval/arenas/data/heldout.jsonl --out runs/arenas",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -342,6 +344,94 @@ def bfcl_score(
             "as in `bfcl evaluate`"
         )
     console.print(f"scores: {summary['score_dir']}")
+
+
+def _tau2_score(records: list[Any]) -> str:
+    from eval.tau2.runner import summarize
+
+    s = summarize(records, trials=1)
+    return "  ".join(f"{d} {row.mean_reward:.2f}" for d, row in s.domains.items() if row.scored)
+
+
+@app.command("tau2")
+@cli_errors
+@config_flags(
+    Tau2Config,
+    ("trials", "limit", "message_limit", *RUN_FLAGS, "user.base_url", "user.model",
+     "user.api_key"),
+    flags={"user.base_url": "user_base_url", "user.model": "user_model",
+           "user.api_key": "user_api_key"},
+    helps={"user.base_url": "the user simulator's endpoint (default: the agent's)",
+           "user.model": "the user simulator's served model (default: the first its endpoint "
+           "lists)", "user.api_key": "the user simulator's API key (default: the agent's)"},
+    endpoint=True,
+)  # fmt: skip
+def tau2(
+    domains: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated: retail, telecom, airline (default retail,telecom).",
+            show_default=False,
+        ),
+    ] = None,
+    tasks: Annotated[
+        str | None, typer.Option(help="Comma-separated task ids (default: all).")
+    ] = None,
+    *,
+    overrides: dict[str, Any],
+) -> None:
+    """τ²-bench (inspect_evals' tasks and scorers, run unchanged) against the endpoint, with the
+    user simulator on a second one; pass^k per domain over --trials conversations per task, at
+    temperature 0 unless --temperature is given (the paper: retail and telecom, 4 trials, user
+    simulator GPT-5.1). Every run names its τ² data version and user simulator; --resume and
+    `astra-eval compare` refuse runs where they differ.
+
+    Example: astra-eval tau2 --base-url http://127.0.0.1:8000/v1 --user-base-url
+    http://127.0.0.1:8001/v1 --domains retail,telecom --trials 4 --concurrency 8 --out runs/tau2
+    """
+    from eval.tau2.runner import evaluate_tau2
+
+    if domains is not None:
+        overrides["domains"] = _names("--domains", domains, "retail,telecom")
+    if tasks is not None:
+        overrides["tasks"] = _names("--tasks", tasks, "0,1")
+    cfg = load_config(Tau2Config, None, overrides, env_prefix=ENV_PREFIX)
+    with _progress("tau2", _tau2_score) as hook:
+        summary = asyncio.run(evaluate_tau2(cfg, hook))
+    _print_tau2(summary)
+    console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
+
+
+def _print_tau2(summary: Tau2Summary) -> None:
+    from eval.tau2.runner import PUBLISHED
+
+    trials = summary.trials or 1
+    ks = [str(k) for k in range(1, trials + 1)]
+    table = Table(title=f"τ²-bench: {summary.conversations} conversations, model {summary.model}")
+    for col in ("domain", "tasks", "scored", "errors", *(f"pass^{k}" for k in ks)):
+        table.add_column(col, justify="left" if col == "domain" else "right")
+    for name, row in summary.domains.items():
+        figures = [f"{100 * row.pass_hat_k[k]:.2f}" if k in row.pass_hat_k else "-" for k in ks]
+        table.add_row(escape(name), str(row.tasks), str(row.scored), str(row.errors), *figures)
+    console.print(table)
+    if summary.overall_pass_1 is not None:
+        console.print(f"overall pass^1: {100 * summary.overall_pass_1:.2f} (mean of the domains)")
+    published = "; ".join(
+        f"{m} " + " / ".join(f"{k} {v:.2f}" for k, v in row.items()) for m, row in PUBLISHED.items()
+    )
+    console.print(f"published (ASTRA paper, pass^1, user simulator GPT-5.1): {published}")
+    user = summary.user_simulator
+    data = summary.data
+    console.print(
+        f"τ² data: inspect-evals {data.get('inspect_evals')} (task version "
+        f"{data.get('tau2_task_version')}); user simulator: {escape(str(user.get('model')))} at "
+        f"temperature {user.get('temperature')}: figures compare only with runs of the same two"
+    )
+    if summary.errors:
+        console.print(
+            f"{summary.errors} conversation(s) could not be played (not scored; see "
+            "results.jsonl): --retry-errors re-runs them"
+        )
 
 
 @app.command("compare")

@@ -73,8 +73,31 @@ class GeneralSummary(EvalSummary):
     notes: list[str] = Field(default_factory=list)
 
 
+class Tau2Domain(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    tasks: int | None = None
+    conversations: int | None = None
+    scored: int | None = None
+    errors: int | None = None
+    mean_reward: float | None = None
+    pass_hat_k: dict[str, float] = Field(default_factory=dict)  # "1".."trials"
+    tasks_with_all_trials: int | None = None
+
+
+class Tau2Summary(EvalSummary):
+    conversations: int | None = None
+    errors: int | None = None
+    trials: int | None = None
+    overall_pass_1: float | None = None
+    domains: dict[str, Tau2Domain] = Field(default_factory=dict)
+    data: dict[str, str] = Field(default_factory=dict)  # τ²'s data version (eval.tau2)
+    user_simulator: dict[str, Any] = Field(default_factory=dict)  # its model and sampling
+
+
 SUMMARIES: dict[str, type[EvalSummary]] = {
     "bfcl": BFCLSummary,
     "arenas": ArenaSummary,
     "general": GeneralSummary,
+    "tau2": Tau2Summary,
 }

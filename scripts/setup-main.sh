@@ -6,7 +6,7 @@ make_venv "${1:-.venv}"
 # torch 2.13.0: on a machine without a GPU pip finds the CPU wheel on disk (find-links);
 # elsewhere PyPI's build of the same version.
 pip install "torch==2.13.0"
-pip install -e ".[train,dev]"
+pip install -e ".[train,dev,tau2]"
 # BFCL's official data, backends and checker, pinned, WITHOUT its dependencies (it pins
 # numpy==1.26.4 and many API SDKs); the multi-turn modules need only the stdlib and mpmath.
 pip install --no-deps "bfcl-eval==2026.3.23"
@@ -14,5 +14,5 @@ pip install --no-deps "bfcl-eval==2026.3.23"
 # tree-sitter parsers and tenacity: small, and at bfcl-eval's own pins.
 pip install --no-deps "tree_sitter==0.21.3" "tree-sitter-java==0.21.0" \
   "tree-sitter-javascript==0.21.4" "tenacity>=8.5.0"
-"$venv/bin/python" -c "import torch, transformers, verl, trl, mcp, openai; print('main env ok:', torch.__version__, transformers.__version__)"
+"$venv/bin/python" -c "import torch, transformers, verl, trl, mcp, openai, inspect_evals.tau2; print('main env ok:', torch.__version__, transformers.__version__)"
 "$venv/bin/python" -c "from bfcl_eval.model_handler.utils import convert_to_function_call"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "transformers", "vllm", "trl", "verl")
+HEAVY = ("torch", "transformers", "vllm", "trl", "verl", "inspect_ai", "inspect_evals")
 
 # In a fresh interpreter: import the CLI module (checked), then show every command's --help
 # (checked again); prints, as JSON, the heavy modules loaded at each point and the pages shown.

@@ -1,0 +1,3 @@
+"""τ²-bench (retail, telecom, airline) through inspect_evals' implementation: ``astra-eval
+tau2`` (:mod:`eval.tau2.runner`), the endpoint path (:mod:`eval.tau2.provider`) and the gold
+replay model (:mod:`eval.tau2.replay`). inspect_ai is imported only when a run starts."""

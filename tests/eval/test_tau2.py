@@ -1,0 +1,192 @@
+"""`astra-eval tau2` as users run it: inspect_evals' τ² (retail, telecom) played through our
+endpoint path against scripted servers over real HTTP (the gold replay model, a fake model: it
+performs each task's gold actions). Scores, pass^k, records, resume and its refusals, endpoint
+failures recorded as errors (never as failed tasks), --retry-errors, bad input."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from astra_agent.testing.scripted_server import Reply, ScriptedServer
+from eval.tau2.replay import replay_script
+from eval.tau2.runner import Tau2Record, pass_hat_k, summarize
+from tests.conftest import free_port, run_module
+
+pytestmark = pytest.mark.integration
+FAST_FAIL = {"ASTRA_EVAL_MODEL__MAX_RETRIES": "0", "ASTRA_EVAL_USER__MAX_RETRIES": "0"}
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> Any:
+    return run_module("eval", "tau2", *args, timeout=600, env={"COLUMNS": "250", **(env or {})})
+
+
+def records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+
+
+def summary(out: Path) -> dict[str, Any]:
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def gold() -> Iterator[ScriptedServer]:
+    with ScriptedServer(replay_script(["retail", "telecom"]), model="gold") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def gold_run(gold: ScriptedServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tau2") / "run"
+    r = cli("--base-url", gold.base_url, "--limit", "2", "--trials", "2", "--concurrency", "4",
+            "--out", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "pass^2" in r.stdout and "published" in r.stdout and "4-A" in r.stdout
+    return out
+
+
+def test_the_gold_replay_passes_every_conversation_and_pass_k_says_so(gold_run: Path) -> None:
+    s = summary(gold_run)
+    assert s["complete"] and s["total"] == 8 and s["errors"] == 0
+    assert s["overall_pass_1"] == 1.0
+    for domain in ("retail", "telecom"):
+        row = s["domains"][domain]
+        assert row["tasks"] == 2 and row["scored"] == 4
+        assert row["pass_hat_k"] == {"1": 1.0, "2": 1.0}
+    assert s["data"]["inspect_evals"] == "0.26.0" and s["data"]["tau2_task_version"] == "4-A"
+    assert s["user_simulator"]["model"] == "gold" and s["user_simulator"]["temperature"] == 0.0
+    recs = records(gold_run)
+    assert sorted(r["id"] for r in recs)[:2] == ["retail/0/1", "retail/0/2"]
+    assert all(r["reward"] == 1.0 and r["error"] is None for r in recs)
+    assert all(r["termination"] == "stop" for r in recs)
+
+
+def test_a_record_holds_the_whole_conversation_as_a_trajectory(gold_run: Path) -> None:
+    rec = next(r for r in records(gold_run) if r["id"] == "retail/0/1")
+    traj = rec["trajectory"]
+    msgs = traj["messages"]
+    assert msgs[0]["role"] == "system" and "customer service agent" in msgs[0]["content"]
+    assert msgs[1]["role"] == "user" and msgs[1]["content"]
+    calls = [c for m in msgs if m["role"] == "assistant" for c in m.get("tool_calls", [])]
+    assert len(calls) == rec["tool_calls"] > 0
+    assert sum(m["role"] == "tool" for m in msgs) == len(calls)
+    assert any("Gold action" in m.get("reasoning_content", "") for m in msgs)
+    assert {t["function"]["name"] for t in traj["tools"]} >= {c["function"]["name"] for c in calls}
+    assert rec["usage"]["agent"]["calls"] > 0 and rec["usage"]["user"]["calls"] > 0
+    assert (
+        rec["user_side"][0]["role"] == "system" and "<scenario>" in rec["user_side"][0]["content"]
+    )
+    telecom = next(r for r in records(gold_run) if r["domain"] == "telecom")
+    assert telecom["user_tool_calls"] > 0  # the user's side acts on the phone with its own tools
+
+
+def test_reasoning_goes_back_to_the_agent_and_never_to_the_user(gold: ScriptedServer) -> None:
+    agent = [r for r in gold.requests if "customer service agent" in r["messages"][0]["content"]]
+    user = [r for r in gold.requests if r not in agent]
+    assert agent and user
+    assert all(str(r.get("user", "")).startswith("tau2:") for r in gold.requests)
+    # the agent's current tool loop carries its reasoning back (Qwen3's contract) ...
+    assert any(m.get("reasoning") for r in agent for m in r["messages"] if m["role"] == "assistant")
+    # ... and the simulator sees the agent's words only, never its reasoning
+    assert not any("Gold action" in json.dumps(r["messages"]) for r in user)
+    assert all(r["temperature"] == 0.0 for r in gold.requests)
+
+
+def test_resume_plays_only_what_is_missing_and_refuses_another_simulator(
+    gold: ScriptedServer, gold_run: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    for name in ("config.json", "results.jsonl"):
+        (out / name).write_bytes((gold_run / name).read_bytes())
+    before = len(gold.requests)
+    again = cli("--base-url", gold.base_url, "--limit", "2", "--trials", "2", "--out", str(out))
+    assert again.returncode == 2 and "already holds results" in again.stderr
+    r = cli("--base-url", gold.base_url, "--limit", "3", "--trials", "2", "--resume",
+            "--out", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    new = {str(q.get("user")) for q in gold.requests[before:]}
+    assert new == {f"tau2:{d}/{t}/{k}" for d, t in (("retail", "2"), ("telecom", _third()))
+                   for k in (1, 2)}  # fmt: skip
+    assert len(records(out)) == 12 and summary(out)["domains"]["retail"]["tasks"] == 3
+    with ScriptedServer(replay_script(["retail"]), model="another-simulator") as other:
+        refused = cli("--base-url", gold.base_url, "--user-base-url", other.base_url, "--limit",
+                      "3", "--trials", "2", "--resume", "--out", str(out))  # fmt: skip
+    assert refused.returncode == 2 and "user_simulator" in refused.stderr
+    assert len(records(out)) == 12
+
+
+def _third() -> str:
+    from eval.tau2.runner import load_task
+
+    return str(list(load_task("telecom").dataset)[2].id)
+
+
+def test_a_failing_simulator_is_an_error_not_a_failed_task_and_retry_errors_scores_it(
+    gold: ScriptedServer, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    with ScriptedServer(lambda req: Reply(status=500), model="gold") as broken:
+        args = ["--user-base-url", broken.base_url, "--domains", "retail", "--limit", "2"]
+        r = cli("--base-url", gold.base_url, *args, "--trials", "1", "--out", str(out),
+                env=FAST_FAIL)  # fmt: skip
+        assert len(broken.requests) == 2  # one try per conversation, then it ends
+    assert r.returncode == 0, r.stderr
+    assert "2 conversation(s) could not be played" in r.stdout
+    recs = records(out)
+    assert [(x["reward"], x["error_kind"], x["termination"]) for x in recs] == [
+        (None, "inference", "error")
+    ] * 2
+    assert recs[0]["error"].startswith("user: ")
+    s = summary(out)
+    assert s["errors"] == 2 and s["domains"]["retail"]["pass_hat_k"] == {}
+    r = cli("--base-url", gold.base_url, "--domains", "retail", "--limit", "2", "--trials", "1",
+            "--retry-errors", "--out", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert summary(out)["domains"]["retail"]["pass_hat_k"] == {"1": 1.0}
+
+
+def test_a_dead_endpoint_fails_fast_with_what_to_do(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    r = cli("--base-url", url, "--limit", "1", "--out", str(tmp_path / "run"), env=FAST_FAIL)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "127.0.0.1" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--domains", "banking"], "domains.0: Input should be 'retail', 'telecom' or 'airline'"),
+        (["--domains", ","], "names nothing"),
+        (["--tasks", "no-such-task"], "'no-such-task' is not a task"),
+        (["--trials", "0"], "trials"),
+    ],
+)
+def test_bad_input_is_one_clear_error(args: list[str], says: str, tmp_path: Path) -> None:
+    with ScriptedServer(lambda req: Reply(content="hi"), model="m") as srv:
+        r = cli("--base-url", srv.base_url, *args, "--out", str(tmp_path / "run"))
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+def test_pass_hat_k_is_tau_bench_s_estimator() -> None:
+    assert pass_hat_k(4, 4, 4) == 1.0 and pass_hat_k(0, 4, 1) == 0.0
+    assert pass_hat_k(2, 4, 1) == 0.5 and pass_hat_k(2, 4, 2) == pytest.approx(1 / 6)
+    assert pass_hat_k(3, 4, 4) == 0.0
+
+    def rec(task: str, trial: int, reward: float | None) -> Tau2Record:
+        kind = "inference" if reward is None else None
+        return Tau2Record(id=f"retail/{task}/{trial}", domain="retail", task_id=task,
+                          trial=trial, reward=reward, error_kind=kind)  # fmt: skip
+
+    recs = [rec("a", 1, 1.0), rec("a", 2, 0.0), rec("b", 1, 1.0), rec("b", 2, None)]
+    s = summarize(recs, trials=2)
+    row = s.domains["retail"]
+    # b's errored trial leaves it out of pass^k (never scored as a failure); the mean counts
+    # what was scored
+    assert row.pass_hat_k == {"1": 0.5, "2": 0.0} and row.tasks_with_all_trials == 1
+    assert row.errors == 1 and row.scored == 3 and row.mean_reward == pytest.approx(0.6667)
