@@ -4,8 +4,10 @@ Formats, detected per record (extra fields are tolerated everywhere):
 
 * ``trajectory`` — our :class:`~astra_agent.trajectory.Trajectory` JSONL (``astra-agent run
   --save``, synthesis);
-* ``arenas`` / ``bfcl`` — eval results records that embed a trajectory (``astra-eval arenas`` /
-  ``bfcl`` ``results.jsonl``); the arena ``reward`` (BFCL: ``valid`` as 1/0) is the reward;
+* ``arenas`` / ``bfcl`` / ``tau2`` — eval results records that embed a trajectory
+  (``astra-eval arenas`` / ``bfcl`` / ``tau2`` ``results.jsonl``); the arena and τ² ``reward``
+  (BFCL: ``valid`` as 1/0) is the reward (τ²: the agent's side of the conversation, the user
+  simulator's turns as its user messages);
 * ``astra-sft-1k`` — ASTRA-SFT-1k records: ``trajectory`` a message list (or its JSON text) in
   which a call is an assistant message of its own with ``function_call`` and its result a
   ``function`` message, the tools in ``mcp_info`` (``base_info.tool_list``); what is not used is
@@ -191,7 +193,7 @@ def _from_trajectory(traj: Trajectory, file: str, line: int, source: str) -> Can
 
 
 def _eval_record(rec: dict[str, Any], file: str, line: int) -> Candidate:
-    source = "arenas" if "reward" in rec else "bfcl"
+    source = "tau2" if "user_side" in rec else "arenas" if "reward" in rec else "bfcl"
     traj_data = rec.get("trajectory")
     rec_id = str(rec.get("id", f"{Path(file).name}:{line}"))
     if traj_data is None:  # an entry that failed to run
@@ -211,7 +213,7 @@ def _eval_record(rec: dict[str, Any], file: str, line: int) -> Candidate:
     if source == "bfcl" and isinstance(rec.get("valid"), bool):
         reward = 1.0 if rec["valid"] else 0.0
     meta: dict[str, Any] = {**cand.meta}
-    meta.update({k: rec[k] for k in ("task_id", "domain", "category") if k in rec})
+    meta.update({k: rec[k] for k in ("task_id", "domain", "category", "trial") if k in rec})
     return Candidate(
         cand.file,
         line,

