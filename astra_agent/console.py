@@ -31,7 +31,16 @@ def setup_logging(verbose: bool = False) -> None:
         handlers=[RichHandler(console=err_console, show_path=False, show_time=False)],
         force=True,
     )
-    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "mcp"):
+    for noisy in (
+        "httpx",
+        "httpx2",
+        "httpcore",
+        "httpcore2",
+        "openai",
+        "mcp",
+        "inspect_ai",
+        "inspect_evals",
+    ):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 

@@ -22,6 +22,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -104,6 +105,11 @@ class Tau2Config(RunConfig):
     limit: int | None = Field(None, ge=1, description="only the first N tasks of each domain")
     message_limit: int = Field(
         100, ge=1, description="user-simulator turns per conversation (τ²'s default)"
+    )
+    inspect_log: bool = Field(
+        False,
+        description="also keep inspect_ai's own log of every conversation under OUT/inspect "
+        "(its transcript, store changes included: large, and ~3x the CPU), for `inspect view`",
     )
 
     @model_validator(mode="before")
@@ -323,7 +329,7 @@ class _Bridge:
                 error = "inspect_ai ended the conversation without a score"
                 future.set_result(error_record(self.items[rid], error))
 
-    def task(self, domain: Domain, source: Task, items: list[Item]) -> Task:
+    def task(self, domain: Domain, source: Task, items: list[Item], track: bool) -> Task:
         """``source`` (τ²'s task) for ``items``: a sample per conversation (its id is the
         record's), τ²'s solver inside a guard, τ²'s scorer followed by :meth:`deliver`."""
         from inspect_ai import Task
@@ -348,7 +354,7 @@ class _Bridge:
                     # inspect_ai diffs the whole store (retail: a 2.6 MB database) at every
                     # step for its transcript, which we do not keep: 2/3 of the CPU of a
                     # conversation. The store itself works as usual.
-                    with suspend_store_events():
+                    with suspend_store_events() if not track else nullcontext():
                         return await inner_solver(state, generate)
                 except Exception as exc:  # recorded as the conversation's error, not scored
                     state.store.set(RUN_ERROR, f"{type(exc).__name__}: {exc}")
@@ -402,7 +408,7 @@ async def _play(
         await eval_async(
             tasks, model=inspect_model(agent, "agent", n),
             model_roles={"user": inspect_model(user, "user", n)},
-            log_dir=str(cfg.out / "inspect"), log_samples=False, log_realtime=False,
+            log_dir=str(cfg.out / "inspect"), log_samples=cfg.inspect_log, log_realtime=False,
             fail_on_error=False, max_samples=n, max_tasks=len(tasks), max_connections=n,
             score_display=False,
         )  # fmt: skip
@@ -501,7 +507,7 @@ async def evaluate_tau2(
         by_domain: dict[Domain, list[Item]] = defaultdict(list)
         for i in todo:
             by_domain[i.domain].append(i)
-        tasks = [bridge.task(d, sources[d], its) for d, its in by_domain.items()]
+        tasks = [bridge.task(d, sources[d], its, cfg.inspect_log) for d, its in by_domain.items()]
         player = asyncio.create_task(_play(bridge, tasks, agent, user, cfg)) if tasks else None
         try:
             result = await run_items(
