@@ -403,13 +403,13 @@ async def _play(
     from eval.tau2.provider import inspect_model
 
     init_display_type("none")  # our progress bar, not inspect_ai's
-    n = cfg.concurrency
+    n = cfg.concurrency  # conversations at once: a domain at a time, n of its conversations
     try:
         await eval_async(
             tasks, model=inspect_model(agent, "agent", n),
             model_roles={"user": inspect_model(user, "user", n)},
             log_dir=str(cfg.out / "inspect"), log_samples=cfg.inspect_log, log_realtime=False,
-            fail_on_error=False, max_samples=n, max_tasks=len(tasks), max_connections=n,
+            fail_on_error=False, max_samples=n, max_tasks=1, max_connections=n,
             score_display=False,
         )  # fmt: skip
     except BaseException as exc:
