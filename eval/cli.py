@@ -454,8 +454,9 @@ def compare_cmd(
     overwrite: Annotated[bool, typer.Option(help="Replace an existing --json file.")] = False,
     show: Annotated[int, typer.Option(min=0, help="Changed entries to list.")] = 20,
 ) -> None:
-    """Compare two BFCL runs or two arena runs entry by entry: fixed, broken, changed error
-    type; paired tests (exact McNemar; Wilcoxon on the arena rewards); per category/domain.
+    """Compare two BFCL, arena or τ² runs entry by entry: fixed, broken, changed error type;
+    paired tests (exact McNemar; Wilcoxon on the arena rewards; τ²: a sign test over tasks);
+    per category/domain. τ² runs of another data version or user simulator are refused.
 
     Example: astra-eval compare runs/bfcl-base runs/bfcl-new --json runs/compare.json
     """
@@ -543,7 +544,8 @@ def report(
     run_dirs: Annotated[
         list[Path],
         typer.Argument(
-            help="Run directories of `astra-eval bfcl|arenas|general` or `astra-train sft|rl`.",
+            help="Run directories of `astra-eval bfcl|arenas|general|tau2` or "
+            "`astra-train sft|rl`.",
             show_default=False,
         ),
     ],

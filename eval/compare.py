@@ -1,15 +1,19 @@
-"""``astra-eval compare``: what changed, entry by entry, between two BFCL runs or two arena runs.
+"""``astra-eval compare``: what changed, entry by entry, between two BFCL runs, two arena runs or
+two τ² runs.
 
 Each id common to both runs is classified: ``fixed`` (A fails, B passes), ``broken`` (A
 passes, B fails), ``changed_error`` (both fail, with another BFCL ``error_type``),
 ``both_fail``, ``both_pass``; for the arenas pass means ``fully_solved`` and each task's reward
 also went ``up``, ``down`` or stayed the ``same``. An entry recorded as an error (``error_kind``
 set: it has no verdict of its own) in either run is ``error``: listed, never tested. Ids in one
-run only are ``only_a``/``only_b``.
+run only are ``only_a``/``only_b``. A τ² entry is a conversation (``domain/task_id/trial``,
+pass: reward 1); its tasks are compared too, and runs of another τ² data version or user
+simulator are refused (:mod:`eval.tau2_runs`).
 
 The tests are paired: the exact McNemar test (a two-sided binomial test on the discordant
 pairs, fixed vs broken) on the verdicts, and for the arenas the Wilcoxon signed-rank test on
-the reward differences (given at least :data:`MIN_PAIRS` non-zero ones). Accuracies, per
+the reward differences (given at least :data:`MIN_PAIRS` non-zero ones), and for τ² the sign
+test over its tasks (:func:`eval.tau2_runs.sign_test`). Accuracies, per
 category or domain and overall, are fractions (0..1) over the compared entries only, so that
 A and B are measured on the same entries.
 """
@@ -20,7 +24,7 @@ import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.markup import escape
 from rich.table import Table
@@ -29,7 +33,10 @@ from astra_agent.errors import ConfigError
 from astra_agent.runio import write_json_atomic
 from eval.results import EvalRecord
 
-Kind = Literal["bfcl", "arenas"]
+if TYPE_CHECKING:
+    from eval.tau2_runs import TaskRow
+
+Kind = Literal["bfcl", "arenas", "tau2"]
 Change = Literal[
     "fixed", "broken", "changed_error", "both_fail", "both_pass", "error", "only_a", "only_b"
 ]
@@ -42,8 +49,8 @@ CHANGED = ("broken", "fixed", "changed_error")  # listed first, in this order
 
 @dataclass(frozen=True)
 class Row:
-    """One id: its change, its category (BFCL) or domain (arenas), and each run's verdict
-    (BFCL: passed; arenas: the reward; None where the run has no verdict: not there, or an
+    """One id: its change, its category (BFCL) or domain (arenas, τ²), and each run's verdict
+    (BFCL, τ²: passed; arenas: the reward; None where the run has no verdict: not there, or an
     error) with why it failed."""
 
     id: str
@@ -77,7 +84,7 @@ class PairedTest:
 @dataclass(frozen=True)
 class Comparison:
     """Run B against run A: one row per id of either run (in natural id order), the paired
-    tests, and what was missing from the runs (``warnings``)."""
+    tests, what was missing from the runs (``warnings``), and for τ² one row per task."""
 
     kind: Kind
     names: tuple[str, str]
@@ -85,6 +92,7 @@ class Comparison:
     rows: tuple[Row, ...]
     tests: tuple[PairedTest, ...]
     warnings: tuple[str, ...] = field(default=())
+    tasks: tuple[TaskRow, ...] = field(default=())  # τ²
 
     @property
     def group_key(self) -> str:
@@ -130,6 +138,11 @@ class Comparison:
             "rows": [_row_dict(r, self.kind) for r in self.rows],
             "warnings": list(self.warnings),
         }
+        if self.kind == "tau2":
+            from eval.tau2_runs import task_counts
+
+            out["task_counts"] = task_counts(self.tasks)
+            out["tasks"] = [asdict(t) for t in self.tasks]
         return out
 
 
@@ -180,21 +193,23 @@ def natural_key(text: str) -> list[tuple[int, int, str]]:
 @dataclass(frozen=True)
 class _Run:
     path: Path
-    records: dict[str, Any]  # id → BFCLRecord | ArenaRecord
+    records: dict[str, Any]  # id → BFCLRecord | ArenaRecord | Tau2Record
     model: str | None
     fingerprint: dict[str, Any]
+    summary: dict[str, Any] | None
 
 
 def _kind(path: Path) -> Kind:
     from eval.rundir import detect_kind
 
     kind = detect_kind(path)
-    if kind not in ("bfcl", "arenas"):
+    if kind not in ("bfcl", "arenas", "tau2"):
         raise ConfigError(
-            f"{path} is a {kind} run: compare takes BFCL or arena runs",
-            hint="give the directories of two `astra-eval bfcl` or two `astra-eval arenas` runs",
+            f"{path} is a {kind} run: compare takes BFCL, arena or τ² runs",
+            hint="give the directories of two runs of `astra-eval bfcl`, `astra-eval arenas` "
+            "or `astra-eval tau2`",
         )
-    return "bfcl" if kind == "bfcl" else "arenas"
+    return "bfcl" if kind == "bfcl" else "tau2" if kind == "tau2" else "arenas"
 
 
 def _load(path: Path, warnings: list[str]) -> _Run:
@@ -217,26 +232,32 @@ def _load(path: Path, warnings: list[str]) -> _Run:
         {r.id: r for r in typed},
         run.model or None,
         fingerprint if isinstance(fingerprint, dict) else {},
+        run.summary,
     )
 
 
-_KINDS = {"bfcl": "a BFCL", "arenas": "an arena"}
+_KINDS = {"bfcl": "a BFCL", "arenas": "an arena", "tau2": "a τ²"}
 
 
 def compare_runs(a: Path, b: Path) -> Comparison:
-    """Compare run ``b`` with run ``a`` (both of ``astra-eval bfcl``, or both of
-    ``astra-eval arenas``), entry by entry. Runs of different kinds, a directory that is not a
-    run, or two runs with no id in common are ConfigErrors; a half-written run is compared as
-    far as it goes, with a warning."""
+    """Compare run ``b`` with run ``a`` (both of ``astra-eval bfcl``, ``arenas`` or ``tau2``),
+    entry by entry. Runs of different kinds, a directory that is not a run, two runs with no
+    id in common, or τ² runs of different data or user simulators are ConfigErrors; a
+    half-written run is compared as far as it goes, with a warning."""
     kind_a, kind_b = _kind(a), _kind(b)
     if kind_a != kind_b:
         raise ConfigError(
             f"cannot compare runs of different kinds: {a} is {_KINDS[kind_a]} run, "
             f"{b} {_KINDS[kind_b]} run",
-            hint="compare two BFCL runs or two arena runs",
+            hint="compare two BFCL runs, two arena runs or two τ² runs",
         )
     warnings: list[str] = []
     ra, rb = _load(a, warnings), _load(b, warnings)
+    if kind_a == "tau2":
+        from eval.tau2_runs import check_comparable
+
+        pair = (ra.fingerprint, rb.fingerprint)
+        warnings += check_comparable((a, b), pair, (ra.summary, rb.summary))
     if not ra.records.keys() & rb.records.keys():
         raise ConfigError(
             f"{a} and {b} have no entry in common ({len(ra.records)} and {len(rb.records)} ids)",
@@ -246,7 +267,14 @@ def compare_runs(a: Path, b: Path) -> Comparison:
     if ra.fingerprint.get(data) and ra.fingerprint.get(data) != rb.fingerprint.get(data):
         warnings.append("the runs used different task files: one id may be two different tasks")
     rows = _rows(kind_a, ra.records, rb.records)
-    tests = _bfcl_tests(rows) if kind_a == "bfcl" else _arena_tests(rows)
+    tasks: list[TaskRow] = []
+    if kind_a == "tau2":
+        from eval.tau2_runs import sign_test, task_rows
+
+        tasks = task_rows(rows)
+        tests = [*_verdict_tests(rows, "conversations, paired by id"), sign_test(tasks)]
+    else:
+        tests = _verdict_tests(rows) if kind_a == "bfcl" else _arena_tests(rows)
     return Comparison(
         kind=kind_a,
         names=(str(a), str(b)),
@@ -254,6 +282,7 @@ def compare_runs(a: Path, b: Path) -> Comparison:
         rows=tuple(rows),
         tests=tuple(tests),
         warnings=tuple(warnings),
+        tasks=tuple(tasks),
     )
 
 
@@ -261,7 +290,7 @@ def compare_runs(a: Path, b: Path) -> Comparison:
 
 
 def _rows(kind: Kind, a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
-    one = _bfcl_row if kind == "bfcl" else _arena_row
+    one = {"bfcl": _bfcl_row, "arenas": _arena_row, "tau2": _tau2_row}[kind]
     return [one(i, a.get(i), b.get(i)) for i in sorted(a.keys() | b.keys(), key=natural_key)]
 
 
@@ -327,6 +356,25 @@ def _arena_row(id_: str, ra: Any, rb: Any) -> Row:
     )  # fmt: skip
 
 
+def _tau2_row(id_: str, ra: Any, rb: Any) -> Row:
+    def why(r: Any) -> str | None:
+        if r is None or r.reward == 1.0:
+            return None
+        if r.error_kind:
+            return str(r.error or r.error_kind)
+        first = (r.explanation or "failed").strip().splitlines() or ["failed"]
+        return first[0][:200]
+
+    def verdict(r: Any) -> bool | None:
+        return None if r is None or r.error_kind or r.reward is None else r.reward == 1.0
+
+    change = _presence(ra, rb)
+    if change is None:
+        change = _verdict_change(ra.reward == 1.0, rb.reward == 1.0)
+    group = (ra or rb).domain
+    return Row(id_, change, group, verdict(ra), verdict(rb), why(ra), why(rb))
+
+
 # ------------------------------------------------------------------ tests
 
 
@@ -360,9 +408,9 @@ def wilcoxon_rewards(diffs: list[float]) -> PairedTest:
     return PairedTest(name, float(res.statistic), float(res.pvalue), len(nonzero), about)
 
 
-def _bfcl_tests(rows: list[Row]) -> list[PairedTest]:
+def _verdict_tests(rows: list[Row], what: str = "verdicts") -> list[PairedTest]:
     c = Counter(r.change for r in rows)
-    return [mcnemar(c["fixed"], c["broken"])]
+    return [mcnemar(c["fixed"], c["broken"], what)]
 
 
 def _arena_tests(rows: list[Row]) -> list[PairedTest]:
@@ -405,7 +453,8 @@ def _pct(x: float) -> str:
 
 
 def _runs_table(c: Comparison) -> Table:
-    t = Table(title=f"compare: two {'BFCL' if c.kind == 'bfcl' else 'arena'} runs")
+    what = {"bfcl": "BFCL", "arenas": "arena", "tau2": "τ²"}[c.kind]
+    t = Table(title=f"compare: two {what} runs")
     for col in ("run", "directory", "model", "entries"):
         t.add_column(col, justify="right" if col == "entries" else "left")
     for side, name, model, absent in zip(
@@ -470,7 +519,14 @@ def _changed_table(c: Comparison, show: int) -> Table:
 
 
 def render_table(c: Comparison, show: int = 20) -> list[Table]:
-    """The CLI's tables: the two runs, the counts, the tests, per category/domain, and the
-    first ``show`` changed entries (none when ``show`` is 0)."""
+    """The CLI's tables: the two runs, the counts, the tests, per category/domain, (τ²) the
+    tasks by change per domain, and the first ``show`` changed entries and (τ²) tasks (none
+    when ``show`` is 0)."""
     tables = [_runs_table(c), _counts_table(c), _tests_table(c), _groups_table(c)]
+    if c.kind == "tau2":
+        from eval.tau2_runs import changed_tasks_table, tasks_table
+
+        tables.append(tasks_table(c))
+        if show > 0 and (moved := changed_tasks_table(c, show)) is not None:
+            tables.append(moved)
     return [*tables, _changed_table(c, show)] if show > 0 and c.changed() else tables

@@ -1,11 +1,11 @@
 """Run directories as readers (the report, comparisons) find them: which kind of run a directory
 holds, and what is in it — read without changing anything, half-written runs included.
 
-Five kinds, told apart by the files their writers leave:
+Six kinds, told apart by the files their writers leave:
 
-* ``bfcl``, ``arenas``, ``general`` (``astra-eval``): ``config.json`` (the fingerprint),
-  ``results.jsonl`` (one record per entry; the later of two with one id wins), ``summary.json``
-  (written at the end of a run);
+* ``bfcl``, ``arenas``, ``general``, ``tau2`` (``astra-eval``): ``config.json`` (the
+  fingerprint), ``results.jsonl`` (one record per entry; the later of two with one id wins),
+  ``summary.json`` (written at the end of a run);
 * ``sft``, ``rl`` (``astra-train``): ``astra-sft.json`` / ``astra-rl.json`` (the fingerprint),
   ``metrics.jsonl`` (one record per logged step; verl's file logger writes ``verl/metrics.jsonl``
   as ``{"step", "data"}``), ``final/`` once training finished.
@@ -51,16 +51,16 @@ from eval.summaries import SUMMARIES
 
 log = logging.getLogger(__name__)
 
-RunKind = Literal["bfcl", "arenas", "general", "sft", "rl"]
+RunKind = Literal["bfcl", "arenas", "general", "tau2", "sft", "rl"]
 KINDS: tuple[RunKind, ...] = get_args(RunKind)
-EVAL_KINDS: tuple[RunKind, ...] = ("bfcl", "arenas", "general")
+EVAL_KINDS: tuple[RunKind, ...] = ("bfcl", "arenas", "general", "tau2")
 TRAINING_KINDS: tuple[RunKind, ...] = ("sft", "rl")
 # The training writers' file names (training/ is not imported: it imports eval).
 RUN_FILES: dict[RunKind, str] = {"sft": "astra-sft.json", "rl": "astra-rl.json"}
 METRICS = "metrics.jsonl"
 FINAL_DIR = "final"
 _HINT = (
-    "pass directories written by `astra-eval bfcl|arenas|general` (config.json, "
+    "pass directories written by `astra-eval bfcl|arenas|general|tau2` (config.json, "
     "results.jsonl, summary.json) or `astra-train sft|rl` (astra-sft.json or astra-rl.json, "
     "metrics.jsonl)"
 )
@@ -149,6 +149,8 @@ def _kind_from_keys(obj: dict[str, Any], *, summary: bool) -> RunKind | None:
     if _eval_kind(obj.get("kind")):
         return _eval_kind(obj.get("kind"))
     if summary:
+        if "overall_pass_1" in obj or "user_simulator" in obj:
+            return "tau2"
         if "accuracy" in obj and "overall" in obj:
             return "bfcl"
         if "mean_reward" in obj or ("data" in obj and "skipped_records" in obj):
@@ -158,6 +160,8 @@ def _kind_from_keys(obj: dict[str, Any], *, summary: bool) -> RunKind | None:
         return None
     if "category" in obj and "valid" in obj:
         return "bfcl"
+    if "trial" in obj and "user_side" in obj:
+        return "tau2"
     if "task_id" in obj and "reward" in obj:
         return "arenas"
     if "task" in obj and "id" in obj:
@@ -169,6 +173,8 @@ def _kind_from_fingerprint(fp: dict[str, Any]) -> RunKind | None:
     """config.json's fingerprint: what each eval's results depend on."""
     if _eval_kind(fp.get("kind")):
         return _eval_kind(fp.get("kind"))
+    if "user_simulator" in fp:
+        return "tau2"
     if "categories" in fp:
         return "bfcl"
     if "data_sha256" in fp:
@@ -296,6 +302,8 @@ def record_class(kind: RunKind) -> type[EvalRecord]:
         from eval.arenas.runner import ArenaRecord as base
     elif kind == "general":
         from eval.general.runner import GeneralRecord as base
+    elif kind == "tau2":
+        from eval.tau2.runner import Tau2Record as base
     else:
         raise ValueError(f"{kind} runs have no records")
     allow = base.model_config.get("extra") == "allow"  # GeneralRecord: its metrics
@@ -339,8 +347,8 @@ def _read_records(path: Path, kind: RunKind) -> tuple[list[dict[str, Any]], list
 
 
 def typed_records(kind: RunKind, records: list[dict[str, Any]]) -> tuple[list[Any], int]:
-    """The records as the kind's record class (BFCLRecord, ArenaRecord, GeneralRecord: as
-    :func:`record_class` reads them) and how many did not validate."""
+    """The records as the kind's record class (BFCLRecord, ArenaRecord, GeneralRecord,
+    Tau2Record: as :func:`record_class` reads them) and how many did not validate."""
     cls = record_class(kind)
     typed, bad = [], 0
     for r in records:
@@ -449,7 +457,7 @@ def _load_eval(path: Path, kind: RunKind, name: str) -> Run:
     return Run(path, name, kind, summary, records, [], config, partial, problems)
 
 
-_COUNTED_BY = {"bfcl": "entries", "arenas": "tasks", "general": "samples"}
+_COUNTED_BY = {"bfcl": "entries", "arenas": "tasks", "general": "samples", "tau2": "conversations"}
 
 
 def _count(kind: RunKind, summary: dict[str, Any]) -> int | None:
@@ -478,6 +486,10 @@ def _summarize(
         from eval.arenas.runner import summarize as summarize_arenas
 
         return {**summarize_arenas(typed).written(), **known}
+    if kind == "tau2":
+        from eval.tau2_runs import tau2_summary
+
+        return {**tau2_summary(typed, fp if isinstance(fp, dict) else {}), **known}
     return {"kind": "general", **general_summary(records), **known}
 
 

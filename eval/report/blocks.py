@@ -8,6 +8,7 @@ carry ``key`` (``data-metric``) and ``run`` (``data-run``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +99,20 @@ class Page:
     def entries(self, views: list[dict[str, Any]]) -> int:
         self.views.append(views)
         return len(self.views) - 1
+
+
+View = Callable[[dict[str, Any]], tuple[Entry, dict[str, Any]]]
+
+
+def entry_list(page: Page, run: Run, view: View) -> Entries:
+    """``run``'s records as an entry list: a line each, and its drill-down view (``view``)
+    among the page's data."""
+    items, views = [], []
+    for r in run.records:
+        item, v = view(r)
+        items.append(item)
+        views.append(v)
+    return Entries(run.name, page.entries(views), items)
 
 
 # ------------------------------------------------------------------ formatting

@@ -36,6 +36,7 @@ from eval.report import charts
 from eval.report.blocks import Block, Entries, Page, Section
 from eval.report.curves import rl_section, sft_section
 from eval.report.evals import arenas_section, bfcl_section, comparison_blocks, general_section
+from eval.report.tau2 import tau2_section
 from eval.rundir import KINDS, Run, RunKind
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -43,13 +44,21 @@ BUILDERS: dict[RunKind, Callable[[list[Run], Page], Section]] = {
     "bfcl": bfcl_section,
     "arenas": arenas_section,
     "general": general_section,
+    "tau2": tau2_section,
     "sft": sft_section,
     "rl": rl_section,
 }
-COMPARED: tuple[RunKind, ...] = ("bfcl", "arenas")
+COMPARED: tuple[RunKind, ...] = ("bfcl", "arenas", "tau2")
 GZIP_LEVEL = 6  # 9 saves ≈5 % for twice the time
 CHUNK = 100  # entry views per packed block: packed in parallel, unpacked as they are opened
-KIND_TITLES = {"bfcl": "BFCL", "arenas": "arenas", "general": "general", "sft": "SFT", "rl": "RL"}
+KIND_TITLES = {
+    "bfcl": "BFCL",
+    "arenas": "arenas",
+    "general": "general",
+    "tau2": "τ²-bench",
+    "sft": "SFT",
+    "rl": "RL",
+}
 
 
 def build_report(

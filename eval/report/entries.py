@@ -234,3 +234,69 @@ def general_view(r: dict[str, Any]) -> tuple[Entry, dict[str, Any]]:
         f"extracted {str(r.get('extracted', ''))[:40]!r} · target {str(r.get('target', ''))[:40]!r}"
     )
     return Entry(str(r["id"]), status, label), view
+
+
+def tau2_status(r: dict[str, Any]) -> str:
+    if r.get("error_kind") or r.get("reward") is None:
+        return "error"
+    return "pass" if r.get("reward") == 1.0 else "fail"
+
+
+def _tokens(usage: Any, side: str) -> str:
+    u = usage.get(side) if isinstance(usage, dict) else None
+    u = u if isinstance(u, dict) else {}
+    return (
+        f"{num(u.get('prompt_tokens'))} prompt + {num(u.get('completion_tokens'))} completion "
+        f"({num(u.get('calls'))} calls)"
+    )
+
+
+def _simulator(m: Any) -> dict[str, Any] | None:
+    """A message of the user simulator's side: its own replies are ``simulator``'s."""
+    if not isinstance(m, dict):
+        return None
+    view = _message(m, {})
+    if view["role"] == "assistant":
+        view["role"] = "simulator"
+    return view
+
+
+def tau2_view(r: dict[str, Any]) -> tuple[Entry, dict[str, Any]]:
+    """A τ² conversation's line and drill-down: the agent's side as turns (the simulator's
+    words as user messages, the agent's reasoning, tool calls and results), the simulator's
+    own side (its prompt with the scenario, its replies, its tool calls on the phone), and the
+    scorer's explanation."""
+    status = tau2_status(r)
+    traj = r.get("trajectory") or {}
+    tools = [_tool_name(t) for t in traj.get("tools") or []]
+    reward = r.get("reward")
+    view = {
+        "id": r["id"],
+        "status": status,
+        "facts": [
+            ["domain", str(r.get("domain", ""))],
+            ["task", str(r.get("task_id", ""))],
+            ["trial", num(r.get("trial"))],
+            ["reward", num(reward, 1) if reward is not None else "none (not scored: an error)"],
+            ["termination", str(r.get("termination", ""))],
+            ["user simulator turns", num(r.get("turns"))],
+            [
+                "tool calls",
+                f"agent {num(r.get('tool_calls'))}, user {num(r.get('user_tool_calls'))}",
+            ],
+            ["agent tokens", _tokens(r.get("usage"), "agent")],
+            ["user simulator tokens", _tokens(r.get("usage"), "user")],
+            ["agent tools offered", ", ".join(tools) or "none"],
+        ],
+        "error": clip(r.get("error") or ""),
+        "explanation": clip(r.get("explanation") or ""),
+        "turns": turns(traj),
+        "user_side": [v for m in r.get("user_side") or [] if (v := _simulator(m))],
+    }
+    if status == "error":
+        label = f"{r.get('error_kind') or 'run'} error: {str(r.get('error') or '')[:80]}"
+    else:
+        first = (str(r.get("explanation") or "").strip().splitlines() or [""])[0]
+        label = f"reward {num(reward, 1)} · {r.get('termination', '')}"
+        label += f" · {first[:100]}" if status == "fail" and first else ""
+    return Entry(str(r["id"]), status, label), view

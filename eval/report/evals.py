@@ -1,10 +1,9 @@
-"""The eval sections of a report: BFCL-V3 multi-turn, the RL arenas, general benchmarks, and
-the entry-by-entry comparison of two runs of one eval."""
+"""The eval sections of a report: BFCL-V3 multi-turn, the RL arenas, general benchmarks (τ²:
+:mod:`eval.report.tau2`), and the entry-by-entry comparison of two runs of one eval."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from astra_agent.errors import AstraError
@@ -13,33 +12,21 @@ from eval.report.blocks import (
     Block,
     Cell,
     Charts,
-    Entries,
-    Entry,
     Heading,
     Note,
     Page,
     Section,
     Table,
     counts,
+    entry_list,
     num,
     pct,
 )
 from eval.report.entries import arena_view, bfcl_view, general_view
+from eval.report.tau2 import task_blocks
 from eval.rundir import Run
 
 COMPARE_ROWS = 300  # changed entries listed in a comparison
-
-
-View = Callable[[dict[str, Any]], tuple[Entry, dict[str, Any]]]
-
-
-def _entries(page: Page, run: Run, view: View) -> Entries:
-    items, views = [], []
-    for r in run.records:
-        item, v = view(r)
-        items.append(item)
-        views.append(v)
-    return Entries(run.name, page.entries(views), items)
 
 
 # ------------------------------------------------------------------ BFCL
@@ -74,7 +61,7 @@ def bfcl_section(runs: list[Run], page: Page) -> Section:
     blocks.insert(1, Charts(ids))
     entries: list[Block] = []
     for run in runs:
-        entries += [Heading(f"Entries of {run.name}"), _entries(page, run, bfcl_view)]
+        entries += [Heading(f"Entries of {run.name}"), entry_list(page, run, bfcl_view)]
     return Section("bfcl", "BFCL-V3 multi-turn", "bfcl", blocks, entries)
 
 
@@ -199,7 +186,7 @@ def arenas_section(runs: list[Run], page: Page) -> Section:
     blocks.insert(1, Charts(ids))
     entries: list[Block] = []
     for run in runs:
-        entries += [Heading(f"Tasks of {run.name}"), _entries(page, run, arena_view)]
+        entries += [Heading(f"Tasks of {run.name}"), entry_list(page, run, arena_view)]
     return Section("arenas", "RL arenas", "arenas", blocks, entries)
 
 
@@ -313,7 +300,7 @@ def general_section(runs: list[Run], page: Page) -> Section:
     entries: list[Block] = []
     for run in runs:
         if run.records:
-            entries += [Heading(f"Samples of {run.name}"), _entries(page, run, general_view)]
+            entries += [Heading(f"Samples of {run.name}"), entry_list(page, run, general_view)]
     return Section("general", "General benchmarks", "general", blocks, entries)
 
 
@@ -431,6 +418,8 @@ def comparison_blocks(a: Run, b: Run) -> list[Block]:
             Table(cols, [[Cell(num(t.get(c), 4)) for c in cols] for t in tests], "Paired tests")
         )
     blocks.append(_changed_rows(data.get("rows") or []))
+    if data.get("kind") == "tau2":
+        blocks += task_blocks(data)
     return blocks
 
 

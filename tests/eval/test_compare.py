@@ -38,6 +38,14 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return run_module("eval", *args, timeout=300, env=env)
 
 
+def compare_json(a: Path, b: Path, out_json: Path) -> tuple[Any, dict[str, Any]]:
+    """`astra-eval compare A B --json OUT` as a user runs it: its output, and the comparison
+    it wrote."""
+    out = cli("compare", str(a), str(b), "--json", str(out_json))
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out, json.loads(out_json.read_text())
+
+
 def write_run(out: Path, records: list[Any], *, complete: bool = True) -> Path:
     """A run directory as `run_eval` writes it: config.json, results.jsonl, summary.json."""
     out.mkdir(parents=True)
@@ -247,9 +255,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
 @pytest.mark.integration
 def test_compare_bfcl_runs_from_the_command(runs: dict[str, Path], tmp_path: Path) -> None:
     out_json = tmp_path / "cmp.json"
-    out = cli("compare", str(runs["bfcl-a"]), str(runs["bfcl-b"]), "--json", str(out_json))
-    assert out.returncode == 0, out.stderr[-2000:]
-    d = json.loads(out_json.read_text())
+    out, d = compare_json(runs["bfcl-a"], runs["bfcl-b"], out_json)
     assert d["counts"] == {
         "fixed": 2, "broken": 2, "changed_error": 0, "both_fail": 0, "both_pass": 2,
         "errors": 1, "only_a": 0, "only_b": 1,
@@ -283,10 +289,8 @@ def test_compare_arena_runs_and_a_half_written_one(runs: dict[str, Path], tmp_pa
     b = tmp_path / "b"
     shutil.copytree(runs["arenas-b"], b)
     (b / "summary.json").unlink()
-    out = cli("compare", str(runs["arenas-a"]), str(b), "--json", str(tmp_path / "c.json"))
-    assert out.returncode == 0, out.stderr[-2000:]
+    out, d = compare_json(runs["arenas-a"], b, tmp_path / "c.json")
     assert f"warning: {b}: no summary.json (the run did not finish)" in out.stderr
-    d = json.loads((tmp_path / "c.json").read_text())
     counts = d["counts"]
     assert (counts["fixed"], counts["broken"], counts["both_pass"], counts["errors"]) == (
         2,
