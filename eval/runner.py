@@ -267,11 +267,16 @@ def read_selected(out: Path, spec: EvalSpec[T, R, S]) -> list[R]:
 def _write_summary(
     out: Path, spec: EvalSpec[T, R, S], records: list[R], total: int, model: str, t0: float
 ) -> S:
-    figures = spec.summarize(records)
+    return write_summary(out, spec.summarize(records), len(records), total, model, t0)
+
+
+def write_summary(out: Path, figures: S, recorded: int, total: int, model: str, t0: float) -> S:
+    """``summary.json``: an eval's figures, then the run's total, completeness (``recorded``
+    of ``total``), time (since ``t0``) and model; returned as its readers take it."""
     summary = {
         **figures.written(),
         "total": total,
-        "complete": len(records) == total,
+        "complete": recorded == total,
         "wall_s": round(time.monotonic() - t0, 2),
         "model": model,
     }

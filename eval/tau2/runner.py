@@ -32,17 +32,17 @@ from pydantic import Field, model_validator
 
 from astra_agent.errors import ConfigError
 from astra_agent.model import ChatModel, ModelConfig
-from astra_agent.runio import write_json_atomic
 from astra_agent.trajectory import Trajectory, Usage
 from eval.results import (
-    SUMMARY,
+    RESULTS,
     EvalRecord,
     RunMeta,
     ensure_writable_dir,
     model_fingerprint,
     prepare_results_dir,
+    read_results,
 )
-from eval.runner import EndpointDied, ProgressHook, RunConfig, run_items
+from eval.runner import EndpointDied, ProgressHook, RunConfig, run_items, write_summary
 from eval.summaries import Tau2Domain, Tau2Summary
 
 if TYPE_CHECKING:
@@ -544,19 +544,8 @@ def _write(
     extra: dict[str, Any],
     records: list[Tau2Record] | None = None,
 ) -> Tau2Summary:
-    if records is None:
-        from eval.results import RESULTS, read_results
-
+    if records is None:  # the run stopped: what is recorded is summarized
         done = read_results(cfg.out / RESULTS, Tau2Record)
         records = [done[i.id] for i in items if i.id in done]
-    figures = summarize(records, cfg.trials)
-    summary = {
-        **figures.written(),
-        **extra,
-        "total": len(items),
-        "complete": len(records) == len(items),
-        "wall_s": round(time.monotonic() - t0, 2),
-        "model": model,
-    }
-    write_json_atomic(cfg.out / SUMMARY, summary)
-    return Tau2Summary.model_validate(summary)
+    figures = summarize(records, cfg.trials).model_copy(update=extra)
+    return write_summary(cfg.out, figures, len(records), len(items), model, t0)
