@@ -8,12 +8,12 @@ also went ``up``, ``down`` or stayed the ``same``. An entry recorded as an error
 set: it has no verdict of its own) in either run is ``error``: listed, never tested. Ids in one
 run only are ``only_a``/``only_b``. A τ² entry is a conversation (``domain/task_id/trial``,
 pass: reward 1); its tasks are compared too, and runs of another τ² data version or user
-simulator are refused (:mod:`eval.tau2_runs`).
+simulator are refused (:mod:`eval.tau2.runs`).
 
 The tests are paired: the exact McNemar test (a two-sided binomial test on the discordant
 pairs, fixed vs broken) on the verdicts, and for the arenas the Wilcoxon signed-rank test on
 the reward differences (given at least :data:`MIN_PAIRS` non-zero ones), and for τ² the sign
-test over its tasks (:func:`eval.tau2_runs.sign_test`). Accuracies, per
+test over its tasks (:func:`eval.tau2.runs.sign_test`). Accuracies, per
 category or domain and overall, are fractions (0..1) over the compared entries only, so that
 A and B are measured on the same entries.
 """
@@ -34,7 +34,7 @@ from astra_agent.runio import write_json_atomic
 from eval.results import EvalRecord
 
 if TYPE_CHECKING:
-    from eval.tau2_runs import TaskRow
+    from eval.tau2.runs import TaskRow
 
 Kind = Literal["bfcl", "arenas", "tau2"]
 Change = Literal[
@@ -139,7 +139,7 @@ class Comparison:
             "warnings": list(self.warnings),
         }
         if self.kind == "tau2":
-            from eval.tau2_runs import task_counts
+            from eval.tau2.runs import task_counts
 
             out["task_counts"] = task_counts(self.tasks)
             out["tasks"] = [asdict(t) for t in self.tasks]
@@ -254,7 +254,7 @@ def compare_runs(a: Path, b: Path) -> Comparison:
     warnings: list[str] = []
     ra, rb = _load(a, warnings), _load(b, warnings)
     if kind_a == "tau2":
-        from eval.tau2_runs import check_comparable
+        from eval.tau2.runs import check_comparable
 
         pair = (ra.fingerprint, rb.fingerprint)
         warnings += check_comparable((a, b), pair, (ra.summary, rb.summary))
@@ -269,7 +269,7 @@ def compare_runs(a: Path, b: Path) -> Comparison:
     rows = _rows(kind_a, ra.records, rb.records)
     tasks: list[TaskRow] = []
     if kind_a == "tau2":
-        from eval.tau2_runs import sign_test, task_rows
+        from eval.tau2.runs import sign_test, task_rows
 
         tasks = task_rows(rows)
         tests = [*_verdict_tests(rows, "conversations, paired by id"), sign_test(tasks)]
@@ -524,7 +524,7 @@ def render_table(c: Comparison, show: int = 20) -> list[Table]:
     when ``show`` is 0)."""
     tables = [_runs_table(c), _counts_table(c), _tests_table(c), _groups_table(c)]
     if c.kind == "tau2":
-        from eval.tau2_runs import changed_tasks_table, tasks_table
+        from eval.tau2.runs import changed_tasks_table, tasks_table
 
         tables.append(tasks_table(c))
         if show > 0 and (moved := changed_tasks_table(c, show)) is not None:

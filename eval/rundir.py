@@ -487,7 +487,7 @@ def _summarize(
 
         return {**summarize_arenas(typed).written(), **known}
     if kind == "tau2":
-        from eval.tau2_runs import tau2_summary
+        from eval.tau2.runs import tau2_summary
 
         return {**tau2_summary(typed, fp if isinstance(fp, dict) else {}), **known}
     return {"kind": "general", **general_summary(records), **known}

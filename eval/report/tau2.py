@@ -22,7 +22,7 @@ from eval.report.blocks import (
 )
 from eval.report.entries import tau2_view
 from eval.rundir import Run
-from eval.tau2_runs import (
+from eval.tau2.runs import (
     SAME,
     TASK_CHANGES,
     TaskRow,
