@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 
+from astra_agent.runio import loads_text
 from astra_agent.trajectory import FailureKind
 
 _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -61,9 +62,11 @@ def error_message(raw: bytes) -> str:
 
 
 def decode(raw: bytes) -> Any:
-    """A reply body as JSON; :class:`NotJSON` saying why it is not."""
+    """A reply body as JSON, a lone surrogate in its strings (``"\\ud800"``: not Unicode, so
+    no record holding it could be written) replaced by U+FFFD; :class:`NotJSON` saying why it is
+    not JSON."""
     try:
-        return json.loads(raw)
+        return loads_text(raw)
     except UnicodeDecodeError as exc:
         raise NotJSON("the body is not UTF-8 text") from exc
     except ValueError as exc:

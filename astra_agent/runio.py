@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -263,3 +264,28 @@ def differing_keys(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """The top-level keys whose values differ between two fingerprints (a key only one has
     included), sorted."""
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub_surrogates(obj: Any) -> Any:
+    """``obj`` (decoded JSON) with every lone surrogate in its strings and keys replaced by
+    U+FFFD: JSON may escape them (``"\\ud800"``), but they are not Unicode text (no UTF-8
+    writer, tokenizer or Arrow column takes them)."""
+    if isinstance(obj, str):
+        return _SURROGATE.sub("\ufffd", obj)
+    if isinstance(obj, list):
+        return [scrub_surrogates(x) for x in obj]
+    if isinstance(obj, dict):
+        return {scrub_surrogates(k): scrub_surrogates(v) for k, v in obj.items()}
+    return obj
+
+
+def loads_text(raw: bytes) -> Any:
+    """``json.loads(raw)`` with every lone surrogate replaced by U+FFFD (what another process
+    or a server sends us must be writable as UTF-8); the walk runs only when ``raw`` holds a
+    surrogate's escape."""
+    obj = json.loads(raw)
+    return scrub_surrogates(obj) if _SURROGATE_ESCAPE.search(raw) else obj

@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import random
-import re
 import shutil
 import signal
 import stat
@@ -40,6 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.errors import ConfigError
+from astra_agent.runio import loads_text
 from astra_agent.sandbox_episode import encode_line
 from astra_agent.sandbox_seccomp import seccomp_filter
 
@@ -58,8 +58,6 @@ UID_LOCKS = (
 # The supervisor enforces the deadlines; the host waits this much longer before killing it.
 HOST_SLACK_S = 1.0
 _warned_unsafe = False
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _KINDS = ("ok", "error", "timeout", "crash")
 
 
@@ -221,25 +219,10 @@ class _UidLease:
         self._file.close()
 
 
-def scrub_surrogates(obj: Any) -> Any:
-    """``obj`` (decoded JSON) with every lone surrogate in its strings and keys replaced by
-    U+FFFD: JSON may escape them (``"\\ud800"``), but they are not Unicode text (no UTF-8
-    writer, tokenizer or Arrow column takes them)."""
-    if isinstance(obj, str):
-        return _SURROGATE.sub("\ufffd", obj)
-    if isinstance(obj, list):
-        return [scrub_surrogates(x) for x in obj]
-    if isinstance(obj, dict):
-        return {scrub_surrogates(k): scrub_surrogates(v) for k, v in obj.items()}
-    return obj
-
-
 def _decode_reply(line: bytes, seq: int) -> dict[str, Any] | None:
     """The reply to request ``seq``, or None for anything else (garbage, another call's)."""
     try:
-        obj = json.loads(line)
-        if _SURROGATE_ESCAPE.search(line):
-            obj = scrub_surrogates(obj)
+        obj = loads_text(line)
     except (ValueError, RecursionError):
         return None
     if not isinstance(obj, dict) or type(obj.get("seq")) is not int or obj["seq"] != seq:

@@ -28,6 +28,7 @@ from astra_agent.model import (
     ToolCall,
 )
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
+from astra_agent.trajectory import Trajectory
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -373,3 +374,33 @@ async def test_a_streamed_event_over_the_bound_is_refused(monkeypatch: pytest.Mo
     turn, exc, _ = await _stream_from(_sse(_chunk(content="x" * 200_000)))
     assert turn is None and isinstance(exc, EndpointError) and exc.kind == "other", exc
     assert "an event over" in exc.message
+
+
+async def test_a_lone_surrogate_from_the_server_becomes_u_fffd_and_a_pair_stays() -> None:
+    """JSON may escape a lone surrogate (``"\\ud800"``): not Unicode, so no record holding it
+    could be written (a τ² or arena run would die at its next append). Plain and streamed."""
+    msg = (
+        b'{"role": "assistant", "content": "a\\ud800b \\ud83d\\ude00", "reasoning": "r\\uDFFF",'
+        b' "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f\\udc00",'
+        b' "arguments": "{\\"x\\": \\"\\\\ud800\\"}"}}]}'
+    )
+    body = b'{"choices": [{"index": 0, "message": ' + msg + b', "finish_reason": "stop"}]}'
+    srv, url = await _raw_server(
+        f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    )
+    model = ChatModel(ModelConfig(base_url=url, model="m", max_retries=0))
+    try:
+        turn = await model.complete(HI)
+    finally:
+        await model.close()
+        srv.close()
+    assert (turn.content, turn.reasoning) == ("a\ufffdb \U0001f600", "r\ufffd")
+    assert turn.tool_calls[0].name == "f\ufffd"
+    # arguments are the model's JSON text: its escape is text, kept as written
+    assert turn.tool_calls[0].arguments == '{"x": "\\ud800"}'
+    Trajectory(messages=[turn.to_message()]).to_json_line().encode()  # writable
+    streamed, exc, _ = await _stream_from(_sse(_chunk(content="s\\ud800"), _chunk(content="t")))
+    assert exc is None and streamed is not None and streamed.content == "s\\ud800t"
+    streamed, exc, _ = await _stream_from(_sse(b'{"choices": [{"index": 0, "delta": '
+                                               b'{"content": "s\\ud800"}}]}'))  # fmt: skip
+    assert exc is None and streamed is not None and streamed.content == "s\ufffd"

@@ -27,7 +27,8 @@ def cli(*args: str, env: dict[str, str] | None = None) -> Any:
 
 
 def records(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    lines = (out / "results.jsonl").read_text().split("\n")  # not splitlines: U+2028 is text
+    return [json.loads(x) for x in lines if x]
 
 
 def summary(out: Path) -> dict[str, Any]:
@@ -229,3 +230,33 @@ def test_a_real_vllm_server_plays_a_conversation_to_a_score(
     assert rec["error"] is None and rec["reward"] == 0.0, rec["error"]
     assert rec["usage"]["agent"]["prompt_tokens"] > 1000  # τ²'s policy reached the model
     assert rec["trajectory"]["tools"] and rec["trajectory"]["model"] == "astra-tiny"
+
+
+def _hostile(req: dict[str, Any]) -> Reply:
+    """An agent that writes a lone surrogate, calls a tool with arguments that are not JSON,
+    an unknown tool, and then a huge reply; a user who stops once it has been answered."""
+    msgs = req["messages"]
+    if "customer service agent" in msgs[0]["content"]:
+        tools = sum(m["role"] == "tool" for m in msgs)
+        calls = [[("get_user_details", "{not json")], [("no_such_tool", "{}")]]
+        if tools < len(calls):
+            return Reply(content="a\ud800b", reasoning="\udfff", tool_calls=calls[tools])
+        return Reply(content="x" * 1_000_000 + " \u2028 done")
+    if any(m["role"] == "user" and "done" in (m["content"] or "") for m in msgs):
+        return Reply(content="###STOP###")
+    return Reply(content="Hello \U0001f600")
+
+
+def test_a_hostile_agent_is_scored_not_crashed_on(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with ScriptedServer(_hostile, model="hostile") as srv:
+        r = cli("--base-url", srv.base_url, "--domains", "retail", "--limit", "1", "--trials",
+                "1", "--out", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (rec,) = records(out)
+    assert rec["error"] is None and rec["reward"] == 0.0 and rec["termination"] == "stop"
+    msgs = rec["trajectory"]["messages"]
+    tools = [m["content"] for m in msgs if m["role"] == "tool"]
+    assert len(tools) == 2 and all(t for t in tools)  # each bad call told to the model
+    assert any("\ufffd" in (m.get("content") or "") for m in msgs)
+    assert len(msgs[-1]["content"]) > 1_000_000

@@ -22,7 +22,7 @@ from typing import Any
 
 from astra_agent.arena import ArenaTask, LoadReport, load_arena_file, parse_record
 from astra_agent.errors import AstraError, ConfigError
-from astra_agent.sandbox import scrub_surrogates
+from astra_agent.runio import scrub_surrogates
 from training.metrics import ABFStats, Heldout, RLStep, Rollouts
 from training.rl.config import RLConfig
 from training.rl.core import AdaptiveBatchFiller, Group, group_advantages
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 def _scrub(task: ArenaTask) -> bool:
     """Lone surrogates in what the model reads or is scored on become U+FFFD
-    (:func:`~astra_agent.sandbox.scrub_surrogates`, as the sandbox does with tool output). True
+    (:func:`~astra_agent.runio.scrub_surrogates`, as the sandbox does with tool output). True
     if the task held any."""
     prompt, sub_qa = scrub_surrogates(task.prompt), scrub_surrogates(task.sub_qa)
     tools = [
