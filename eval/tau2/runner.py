@@ -101,6 +101,11 @@ class Tau2Config(RunConfig):
     )
     domains: list[Domain] = Field(default_factory=lambda: list(PAPER_DOMAINS), min_length=1)
     trials: int = Field(4, ge=1, le=64, description="conversations per task (pass^k up to k)")
+    split: Literal["base", "train", "test"] = Field(
+        "base",
+        description="the split of τ²'s tasks: base (all of them, the paper's) or its train and "
+        "test parts (train: conversations to learn from, e.g. as SFT data)",
+    )
     tasks: list[str] | None = Field(None, description="only these task ids")
     limit: int | None = Field(None, ge=1, description="only the first N tasks of each domain")
     message_limit: int = Field(
@@ -182,6 +187,16 @@ def load_task(domain: Domain) -> Task:
     return make[domain](shuffle=False)
 
 
+def split_ids(domain: Domain, split: str) -> list[str]:
+    """The task ids of one of τ²'s splits of ``domain`` (its ``split_tasks.json``)."""
+    import json
+
+    from inspect_evals.tau2.utils import TAU2_DATA_DIR
+
+    path = TAU2_DATA_DIR / "domains" / domain / "split_tasks.json"
+    return [str(i) for i in json.loads(path.read_text(encoding="utf-8"))[split]]
+
+
 def select_items(cfg: Tau2Config, tasks: dict[Domain, Task]) -> list[Item]:
     """Each selected task × trial, in the data's order; ``--tasks`` naming no task is an
     error that lists what exists."""
@@ -190,6 +205,9 @@ def select_items(cfg: Tau2Config, tasks: dict[Domain, Task]) -> list[Item]:
     found: set[str] = set()
     for domain in cfg.domains:
         ids = [str(s.id) for s in tasks[domain].dataset]
+        if cfg.split != "base":
+            chosen = set(split_ids(domain, cfg.split))
+            ids = [i for i in ids if i in chosen]
         if wanted:
             ids = [i for i in ids if i in wanted]
             found.update(ids)
@@ -200,7 +218,7 @@ def select_items(cfg: Tau2Config, tasks: dict[Domain, Task]) -> list[Item]:
         missing = sorted(wanted - found)
         raise ConfigError(
             f"--tasks: {', '.join(map(repr, missing[:5]))} is not a task of "
-            f"{', '.join(cfg.domains)}",
+            f"{', '.join(cfg.domains)} (split {cfg.split})",
             hint="task ids are as τ² names them: retail and airline '0', '1', …; telecom "
             "'[mobile_data_issue]…'",
         )

@@ -260,3 +260,17 @@ def test_a_hostile_agent_is_scored_not_crashed_on(tmp_path: Path) -> None:
     assert len(tools) == 2 and all(t for t in tools)  # each bad call told to the model
     assert any("\ufffd" in (m.get("content") or "") for m in msgs)
     assert len(msgs[-1]["content"]) > 1_000_000
+
+
+def test_train_and_test_split_the_base_tasks() -> None:
+    from eval.tau2.runner import Tau2Config, load_task, select_items
+
+    tasks = {d: load_task(d) for d in ("retail", "telecom")}
+
+    def ids(split: str) -> set[str]:
+        cfg = Tau2Config(split=split, trials=1)  # type: ignore[arg-type]
+        return {i.id for i in select_items(cfg, tasks)}
+
+    base, train, test = ids("base"), ids("train"), ids("test")
+    assert len(base) == 228 and not train & test and train | test == base
+    assert (len(train), len(test)) == (148, 80)
