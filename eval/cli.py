@@ -357,8 +357,8 @@ def _tau2_score(records: list[Any]) -> str:
 @cli_errors
 @config_flags(
     Tau2Config,
-    ("trials", "split", "limit", "message_limit", *RUN_FLAGS, "user.base_url", "user.model",
-     "user.api_key"),
+    ("trials", "split", "limit", "message_limit", "max_steps", *RUN_FLAGS, "user.base_url",
+     "user.model", "user.api_key"),
     flags={"user.base_url": "user_base_url", "user.model": "user_model",
            "user.api_key": "user_api_key"},
     helps={"user.base_url": "the user simulator's endpoint (default: the agent's)",

@@ -49,6 +49,7 @@ FAILURE = "astra_tau2_failure"  # the conversation's first endpoint failure: {si
 SAMPLE = "astra_tau2_sample"  # the conversation's id, sent as each request's ``user``
 USAGE = "astra_tau2_usage"  # {side: {prompt_tokens, completion_tokens, calls}}
 AGENT_TOOLS = "astra_tau2_agent_tools"  # the tools the agent was offered, as it was sent them
+OVER = "astra_tau2_max_steps"  # set once the conversation's model calls reached max_steps
 STOP = "###STOP###"
 
 
@@ -164,11 +165,13 @@ class ChatModelAPI(ModelAPI):
         chat: ChatModel,
         side: str,
         max_connections: int,
+        max_steps: int,
     ) -> None:
         super().__init__(model_name=model_name, base_url=base_url, config=config)
         self.chat = chat
         self.side = side
         self._max_connections = max_connections
+        self.max_steps = max_steps
 
     def max_connections(self) -> int:
         return self._max_connections
@@ -181,7 +184,13 @@ class ChatModelAPI(ModelAPI):
         config: GenerateConfig,
     ) -> ModelOutput:
         sample = store()
-        if sample.get(FAILURE) is not None:
+        if sample.get(FAILURE) is not None or sample.get(OVER):
+            return _stop(self.chat.name)
+        usage = sample.get(USAGE) or {}
+        if sum(side["calls"] for side in usage.values()) >= self.max_steps:
+            # τ²'s agent loops for as long as the model calls tools: a model that never stops
+            # ends here, scored as it stands (τ²'s own max_steps)
+            sample.set(OVER, True)
             return _stop(self.chat.name)
         schemas = to_tools(tools)
         if self.side == "agent" and sample.get(AGENT_TOOLS) is None:
@@ -194,7 +203,6 @@ class ChatModelAPI(ModelAPI):
             kind = exc.kind if isinstance(exc, EndpointError) else "other"
             sample.set(FAILURE, {"side": self.side, "error": str(exc), "kind": kind})
             return _stop(self.chat.name)
-        usage = sample.get(USAGE) or {}
         mine = usage.setdefault(self.side, {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0})
         mine["prompt_tokens"] += turn.prompt_tokens
         mine["completion_tokens"] += turn.completion_tokens
@@ -208,9 +216,9 @@ def _astra() -> type[ModelAPI]:
     return ChatModelAPI
 
 
-def inspect_model(chat: ChatModel, side: str, max_connections: int) -> Model:
+def inspect_model(chat: ChatModel, side: str, max_connections: int, max_steps: int) -> Model:
     """``chat`` (checked: its model's name known) as an inspect_ai model."""
     return get_model(
         f"astra/{chat.name}", base_url=chat.config.base_url, memoize=False, chat=chat,
-        side=side, max_connections=max_connections,
+        side=side, max_connections=max_connections, max_steps=max_steps,
     )  # fmt: skip

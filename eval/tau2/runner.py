@@ -111,6 +111,12 @@ class Tau2Config(RunConfig):
     message_limit: int = Field(
         100, ge=1, description="user-simulator turns per conversation (τ²'s default)"
     )
+    max_steps: int = Field(
+        200,
+        ge=1,
+        description="model calls per conversation, agent's and simulator's (τ²'s "
+        "default); a conversation that reaches it ends, scored as it stands",
+    )
     inspect_log: bool = Field(
         False,
         description="also keep inspect_ai's own log of every conversation under OUT/inspect "
@@ -151,7 +157,8 @@ class Tau2Record(EvalRecord):
     turns: int = 0  # user-simulator messages
     tool_calls: int = 0  # the agent's
     user_tool_calls: int = 0
-    termination: str = ""  # "stop", "transfer", "out_of_scope", "message_limit", "error"
+    # "stop", "transfer", "out_of_scope", "message_limit", "max_steps", "error"
+    termination: str = ""
     usage: dict[str, dict[str, int]] = Field(default_factory=dict)
     trajectory: Trajectory | None = None  # the agent's side: policy, user turns, calls, results
     user_side: list[dict[str, Any]] = Field(default_factory=list)  # the simulator's messages
@@ -229,8 +236,12 @@ def select_items(cfg: Tau2Config, tasks: dict[Domain, Task]) -> list[Item]:
 
 
 def _termination(state: TaskState, failed: bool) -> str:
+    from eval.tau2.provider import OVER
+
     if failed:
         return "error"
+    if state.store.get(OVER):
+        return "max_steps"
     text = state.output.completion if state.output else ""
     for mark, name in (("###STOP###", "stop"), ("###TRANSFER###", "transfer")):
         if mark in text:
@@ -299,7 +310,7 @@ async def _record(item: Item, state: TaskState, score: Any, model: str) -> Tau2R
     if error is not None:
         traj.termination, traj.termination_detail = "error", error
         return Tau2Record(**fields, error=error, error_kind="run")
-    if fields["termination"] == "message_limit":
+    if fields["termination"] in ("message_limit", "max_steps"):
         traj.termination = "max_steps"
     from inspect_ai.scorer import CORRECT
 
@@ -424,8 +435,8 @@ async def _play(
     n = cfg.concurrency  # conversations at once: a domain at a time, n of its conversations
     try:
         await eval_async(
-            tasks, model=inspect_model(agent, "agent", n),
-            model_roles={"user": inspect_model(user, "user", n)},
+            tasks, model=inspect_model(agent, "agent", n, cfg.max_steps),
+            model_roles={"user": inspect_model(user, "user", n, cfg.max_steps)},
             log_dir=str(cfg.out / "inspect"), log_samples=cfg.inspect_log, log_realtime=False,
             fail_on_error=False, max_samples=n, max_tasks=1, max_connections=n,
             score_display=False,
@@ -510,6 +521,7 @@ async def evaluate_tau2(
                 "user_simulator": user_fp,
                 "data": data_version(),
                 "message_limit": cfg.message_limit,
+                "max_steps": cfg.max_steps,
             },
             base_url=cfg.model.base_url,
         )

@@ -104,10 +104,12 @@ def check_comparable(
                 "runs made with the same ones (rerun one with --user-base-url/--user-model, "
                 "the same sampling and the same inspect-evals)",
             )
-    limits = [f.get("message_limit") for f in fingerprints]
-    if limits[0] != limits[1]:
-        return [f"the runs' message limits differ ({limits[0]} vs {limits[1]})"]
-    return []
+    warnings = []
+    for key, what in (("message_limit", "message limits"), ("max_steps", "step limits")):
+        limits = [f.get(key) for f in fingerprints]
+        if limits[0] != limits[1]:
+            warnings.append(f"the runs' {what} differ ({limits[0]} vs {limits[1]})")
+    return warnings
 
 
 # ------------------------------------------------------------------ per task

@@ -274,3 +274,23 @@ def test_train_and_test_split_the_base_tasks() -> None:
     base, train, test = ids("base"), ids("train"), ids("test")
     assert len(base) == 228 and not train & test and train | test == base
     assert (len(train), len(test)) == (148, 80)
+
+
+def test_an_agent_that_never_stops_calling_tools_ends_at_max_steps(tmp_path: Path) -> None:
+    """τ²'s agent loops while the model calls tools: without a bound one conversation would
+    never end. At --max-steps it ends and is scored as it stands (τ²'s own rule)."""
+
+    def loop(req: dict[str, Any]) -> Reply:
+        if "customer service agent" in req["messages"][0]["content"]:
+            return Reply(tool_calls=[("calculate", '{"expression": "1 + 1"}')])
+        return Reply(content="Hello")
+
+    out = tmp_path / "run"
+    with ScriptedServer(loop, model="looping") as srv:
+        r = cli("--base-url", srv.base_url, "--domains", "retail", "--limit", "1", "--trials",
+                "1", "--max-steps", "12", "--out", str(out))  # fmt: skip
+        assert len(srv.requests) == 12
+    assert r.returncode == 0, r.stderr
+    (rec,) = records(out)
+    assert (rec["termination"], rec["reward"], rec["error"]) == ("max_steps", 0.0, None)
+    assert rec["trajectory"]["termination"] == "max_steps" and rec["tool_calls"] == 11
