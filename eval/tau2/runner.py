@@ -115,7 +115,7 @@ class Tau2Config(RunConfig):
         200,
         ge=1,
         description="model calls per conversation, agent's and simulator's (τ²'s "
-        "default); a conversation that reaches it ends, scored as it stands",
+        "τ²'s max steps); a conversation that reaches it ends, scored as it stands",
     )
     inspect_log: bool = Field(
         False,
