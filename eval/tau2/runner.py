@@ -114,8 +114,9 @@ class Tau2Config(RunConfig):
     max_steps: int = Field(
         200,
         ge=1,
-        description="model calls per conversation, agent's and simulator's (τ²'s "
-        "τ²'s max steps); a conversation that reaches it ends, scored as it stands",
+        description="model calls per conversation, the agent's and the simulator's together "
+        "(τ²'s own bound is 200 messages); a conversation that reaches it ends, scored as it "
+        "stands",
     )
     inspect_log: bool = Field(
         False,
