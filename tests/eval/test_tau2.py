@@ -195,10 +195,8 @@ def test_pass_hat_k_is_tau_bench_s_estimator() -> None:
 
 
 def test_the_records_become_sft_data_and_an_unplayed_one_is_refused(
-    gold_run: Path, tmp_path: Path
+    gold_run: Path, tiny_fp32: Path, tmp_path: Path
 ) -> None:
-    tiny = tmp_path / "tiny"
-    assert run_module("serving", "tiny", str(tiny), timeout=300).returncode == 0
     failed = tmp_path / "failed.jsonl"
     rec = records(gold_run)[0]
     rec["trajectory"]["termination"] = "model_error"  # as a conversation the endpoint cut
@@ -206,7 +204,7 @@ def test_the_records_become_sft_data_and_an_unplayed_one_is_refused(
     failed.write_text(json.dumps(rec) + "\n")
     out = tmp_path / "sft"
     r = run_module("training.cli", "data", "sft", str(gold_run / "results.jsonl"), str(failed),
-                   "--out", str(out), "--tokenizer", str(tiny), timeout=300)  # fmt: skip
+                   "--out", str(out), "--tokenizer", str(tiny_fp32), timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     stats = json.loads((out / "stats.json").read_text())
     assert stats["by_source"] == {"tau2": 9}
