@@ -427,12 +427,18 @@ async def _play(
     user: ChatModel,
     cfg: Tau2Config,
 ) -> None:
+    import inspect_ai._util.entrypoints as entrypoints
     from inspect_ai import eval_async
     from inspect_ai.util._display import init_display_type
 
     from eval.tau2.provider import inspect_model
 
     init_display_type("none")  # our progress bar, not inspect_ai's
+    # At start inspect_ai loads every installed package's inspect_ai entry point (to find
+    # hooks): inspect_evals' imports all of its evals, 780 modules and 2 s of a run's start.
+    # τ²'s modules are imported directly and our provider registers itself; nothing else is
+    # needed.
+    entrypoints._inspect_ai_eps_loaded_all = True
     n = cfg.concurrency  # conversations at once: a domain at a time, n of its conversations
     try:
         await eval_async(
