@@ -121,7 +121,7 @@ class Tau2Config(RunConfig):
     inspect_log: bool = Field(
         False,
         description="also keep inspect_ai's own log of every conversation under OUT/inspect "
-        "(its transcript, store changes included: large, and ~3x the CPU), for `inspect view`",
+        "(its transcript, store changes included: large, and 2.5x the CPU), for `inspect view`",
     )
 
     @model_validator(mode="before")
