@@ -174,6 +174,18 @@ async def run_workers(
         await asyncio.gather(*workers, return_exceptions=True)
 
 
+def to_run(
+    items: Sequence[T], key: Callable[[T], str], done: dict[str, R], retry_errors: bool
+) -> list[T]:
+    """The items :func:`run_items` runs: those without a record, and with ``retry_errors``
+    those recorded as errors."""
+    return [
+        i
+        for i in items
+        if (k := key(i)) not in done or (retry_errors and done[k].error_kind is not None)
+    ]
+
+
 async def run_items(
     items: Sequence[T],
     key: Callable[[T], str],
@@ -196,11 +208,7 @@ async def run_items(
     wanted = set(ids)
     run = _Run(out, key, one, len(items), {k: v for k, v in done.items() if k in wanted},
                max_connection_failures, progress)  # fmt: skip
-    todo = [
-        i
-        for i, k in zip(items, ids, strict=True)
-        if k not in run.done or (retry_errors and run.done[k].error_kind is not None)
-    ]
+    todo = to_run(items, key, run.done, retry_errors)
     if progress:
         progress(ProgressEvent(len(run.done), run.total, list(run.done.values())))
     t0 = time.monotonic()

@@ -42,7 +42,14 @@ from eval.results import (
     prepare_results_dir,
     read_results,
 )
-from eval.runner import EndpointDied, ProgressHook, RunConfig, run_items, write_summary
+from eval.runner import (
+    EndpointDied,
+    ProgressHook,
+    RunConfig,
+    run_items,
+    to_run,
+    write_summary,
+)
 from eval.summaries import Tau2Domain, Tau2Summary
 
 if TYPE_CHECKING:
@@ -534,10 +541,7 @@ async def evaluate_tau2(
         )
         resume = cfg.resume or cfg.retry_errors
         done = prepare_results_dir(cfg.out, meta, resume, Tau2Record)
-        todo = [
-            i for i in items
-            if i.id not in done or (cfg.retry_errors and done[i.id].error_kind is not None)
-        ]  # fmt: skip
+        todo = to_run(items, lambda i: i.id, done, cfg.retry_errors)  # what run_items runs
         extra = {"data": meta.fingerprint["data"], "user_simulator": user_fp,
                  "base_url": cfg.model.base_url}  # fmt: skip
         bridge = _Bridge(todo, served)
