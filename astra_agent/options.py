@@ -67,16 +67,25 @@ ApiKeyOpt = Annotated[
         show_default=False,
     ),
 ]
-TemperatureOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--temperature",
-        "-t",
-        help=f"Sampling temperature (default {_default('temperature')}, Qwen3's thinking mode; "
-        f"top-p {_default('top_p')}, top-k {_default('top_k')} as Qwen3 recommends).",
-        show_default=False,
-    ),
-]
+
+
+def _temperature_opt(default: float) -> Any:
+    """``--temperature``, its help quoting ``default`` (a command whose config samples
+    otherwise than Qwen3's thinking mode, as τ² at 0, says so)."""
+    why = ", Qwen3's thinking mode" if default == _default("temperature") else " for this command"
+    return Annotated[
+        float | None,
+        typer.Option(
+            "--temperature",
+            "-t",
+            help=f"Sampling temperature (default {default}{why}; top-p {_default('top_p')}, "
+            f"top-k {_default('top_k')} as Qwen3 recommends).",
+            show_default=False,
+        ),
+    ]
+
+
+TemperatureOpt = _temperature_opt(_default("temperature"))
 
 
 def model_overrides(
@@ -248,6 +257,14 @@ ENDPOINT_FLAGS = {
 }
 
 
+def _endpoint_flags(model: type[BaseModel]) -> dict[str, Any]:
+    """The shared endpoint flags, ``--temperature``'s help with ``model``'s own default."""
+    section = model.model_fields.get("model")
+    default = section.get_default(call_default_factory=True) if section else None
+    temperature = getattr(default, "temperature", _default("temperature"))
+    return {**ENDPOINT_FLAGS, "temperature": _temperature_opt(temperature)}
+
+
 def config_flags(
     model: type[BaseModel],
     fields: Sequence[str],
@@ -274,7 +291,7 @@ def config_flags(
     def decorate(fn: Callable[..., R]) -> Callable[..., R]:
         own = inspect.signature(fn, eval_str=True)
         kept = [p for p in own.parameters.values() if p.name != "overrides"]
-        generated = [_param(n, t) for n, t in ENDPOINT_FLAGS.items()] if endpoint else []
+        generated = [_param(n, t) for n, t in _endpoint_flags(model).items()] if endpoint else []
         for name, flag in names.items():
             info = _field(model, name)
             kind = _flag_type(name, info.annotation)

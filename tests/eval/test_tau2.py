@@ -292,3 +292,16 @@ def test_an_agent_that_never_stops_calling_tools_ends_at_max_steps(tmp_path: Pat
     (rec,) = records(out)
     assert (rec["termination"], rec["reward"], rec["error"]) == ("max_steps", 0.0, None)
     assert rec["trajectory"]["termination"] == "max_steps" and rec["tool_calls"] == 11
+
+
+def test_help_gives_each_commands_own_temperature_default() -> None:
+    """τ² samples at 0 unless told; its --help must not quote the other commands' 0.6."""
+    from typer.testing import CliRunner
+
+    from eval.cli import app
+
+    env = {"COLUMNS": "200"}
+    tau2 = CliRunner().invoke(app, ["tau2", "--help"], env=env).output
+    arenas = CliRunner().invoke(app, ["arenas", "--help"], env=env).output
+    assert "Sampling temperature (default 0.0 for this command" in tau2, tau2
+    assert "Sampling temperature (default 0.6, Qwen3's thinking mode" in arenas, arenas
