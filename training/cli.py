@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,10 @@ from training.data_cli import data_app
 from training.rl.config import RLConfig
 from training.sft.config import SFTConfig
 from training.synth.cli import synth_app
+
+# TRL's trainers send a usage record to huggingface.co from a background thread at start-up;
+# training here reads and writes local files only, so that is off unless the user sets it.
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 app = typer.Typer(
     name="astra-train",

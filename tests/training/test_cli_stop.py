@@ -2,11 +2,13 @@
 
 The runs themselves are stopped in ``test_sft_attacks`` and ``test_rl_attacks``; here a
 stand-in command (no model, nothing to load) goes through the same ``_stoppable`` and the same
-entry point, ``training.cli.main``.
+entry point, ``training.cli.main``. Also what the process sets before anything loads (TRL's
+telemetry off).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -63,3 +65,20 @@ def test_a_stopped_process_skips_the_final_garbage_collection(
     assert out.returncode == 128 + sig, out.stderr
     stopped = f"stopped by {sig.name}: no checkpoint was saved yet: the same command starts over"
     assert out.stderr == f"{stopped}\nfrozen: True\n"
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "True"), ("0", "False")])
+def test_trls_telemetry_is_off_unless_the_user_turns_it_on(
+    given: str | None, expected: str
+) -> None:
+    """TRL's trainers post a usage record to huggingface.co at start-up; `astra-train` turns that
+    off before anything reads the setting, and a user's own setting wins."""
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_TELEMETRY"}
+    if given is not None:
+        env["HF_HUB_DISABLE_TELEMETRY"] = given
+    probe = "import training.cli; from huggingface_hub import constants as c; "
+    probe += "print(c.HF_HUB_DISABLE_TELEMETRY)"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == expected, out.stderr
