@@ -304,9 +304,9 @@ async def _record(item: Item, state: TaskState, score: Any, model: str) -> Tau2R
         "termination": _termination(state, failure is not None or error is not None),
         "usage": usage,
         "trajectory": traj,
-        "user_side": to_messages(
-            [m for m in state.messages if not isinstance(m, ChatMessageUser)] or state.messages
-        ),
+        # the simulator's own messages (its prompt, replies, tool calls and results); the
+        # agent's, which it sees as user turns, are the trajectory's
+        "user_side": to_messages([m for m in state.messages if not isinstance(m, ChatMessageUser)]),
     }
     if failure is not None:
         traj.termination, traj.model_failure = "model_error", failure["kind"]
