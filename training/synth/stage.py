@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -52,6 +53,7 @@ Progress = Callable[[int, int], None]  # (units done, units in all)
 
 R = TypeVar("R", bound=BaseModel)
 S = TypeVar("S", bound="StageStats")
+K = TypeVar("K")
 
 
 class SynthError(AstraError):
@@ -170,6 +172,19 @@ class Shard:
             return True
         digest = hashlib.sha256(key.encode()).digest()
         return int.from_bytes(digest[:8], "big") % self.count == self.index
+
+
+def provenance(stage: str, run: str, inputs: Iterable[str], **fields: Any) -> Provenance:
+    """A record's :class:`Provenance`, made by this code version."""
+    return Provenance(
+        stage=stage, run=run, code_version=code_version(), inputs=list(inputs), **fields
+    )
+
+
+def tally(keys: Iterable[K], order: Callable[[K], Any] | None = None) -> dict[K, int]:
+    """How often each key occurs: in the order first seen, or sorted by ``order(key)``."""
+    counts = Counter(keys)
+    return dict(sorted(counts.items(), key=lambda kv: order(kv[0])) if order else counts)
 
 
 def jsonl(records: Iterable[BaseModel]) -> Iterable[str]:
@@ -359,11 +374,8 @@ class StageRun(Generic[R]):
         keys = list(dict.fromkeys([*order, *self.units]))
         units = [self.units[k] for k in keys if k in self.units]
         rejected = [r for u in units for r in u.rejections] + list(rejections)
-        counts: dict[str, int] = {}
-        for r in rejected:
-            counts[r.reason] = counts.get(r.reason, 0) + 1
         stats.records = sum(len(u.records) for u in units)
-        stats.rejections = dict(sorted(counts.items()))
+        stats.rejections = tally((r.reason for r in rejected), str)
         stats.finished = datetime.now(UTC).isoformat(timespec="seconds")
 
         def lines() -> Iterable[str]:

@@ -80,7 +80,7 @@ from training.synth.runner import (
     score_rows,
     score_stats,
 )
-from training.synth.stage import Progress, Rejection, StageRun, UnitOutcome
+from training.synth.stage import Progress, Rejection, StageRun, UnitOutcome, tally
 from training.synth.teacher import TeacherRejected
 from training.synth.text import NearDuplicates, signature
 
@@ -430,16 +430,11 @@ def _count(stats: DecomposeStats, run: StageRun[Decomposition], order: Sequence[
     judged += [x.scores for u in order if u in run.units for x in run.units[u].rejections]
     stats.scores = score_stats([s for s in judged if s], [r.scores for r in records])
     stats.decompositions = len(records)
-    for r in records:
-        groups = layers(r.subquestions)
-        for counter, label in (
-            (stats.by_domain, r.domain),
-            (stats.steps, str(len(r.subquestions))),
-            (stats.depth, str(len(groups))),
-        ):
-            counter[label] = counter.get(label, 0) + 1
-        stats.with_parallel_steps += any(len(g) > 1 for g in groups)
-        stats.tool_steps += sum(bool(s.needs_tool) for s in r.subquestions)
-        stats.reasoning_steps += sum(s.needs_tool is False for s in r.subquestions)
-    stats.steps = dict(sorted(stats.steps.items(), key=lambda kv: int(kv[0])))
-    stats.depth = dict(sorted(stats.depth.items(), key=lambda kv: int(kv[0])))
+    groups = [layers(r.subquestions) for r in records]
+    stats.by_domain = tally(r.domain for r in records)
+    stats.steps = tally((str(len(r.subquestions)) for r in records), int)
+    stats.depth = tally((str(len(g)) for g in groups), int)
+    stats.with_parallel_steps = sum(any(len(g) > 1 for g in gs) for gs in groups)
+    steps = [s for r in records for s in r.subquestions]
+    stats.tool_steps = sum(bool(s.needs_tool) for s in steps)
+    stats.reasoning_steps = sum(s.needs_tool is False for s in steps)

@@ -49,9 +49,10 @@ from training.synth.stage import (
     StageRun,
     StageStats,
     SynthError,
-    code_version,
     open_run,
+    provenance,
     read_stats,
+    tally,
 )
 
 log = logging.getLogger(__name__)
@@ -241,9 +242,7 @@ def normalize_tool(raw: Any, server: ServerEntry, run: str) -> ToolRecord | Reje
         output_schema=output or None,
         output_description=_text(raw.get("output_description"), raw.get("returns")),
         annotations=annotations if isinstance(annotations, dict) else {},
-        provenance=Provenance(
-            stage=STAGE, run=run, code_version=code_version(), inputs=[server.source]
-        ),
+        provenance=provenance(STAGE, run, [server.source]),
     )
 
 
@@ -325,12 +324,12 @@ async def list_servers(
 
 
 def _stats_counts(stats: PoolStats, records: list[ToolRecord]) -> None:
-    for r in records:
-        stats.by_server[r.server] = stats.by_server.get(r.server, 0) + 1
-        stats.by_domain[r.domain] = stats.by_domain.get(r.domain, 0) + 1
-        stats.with_output_schema += r.output_schema is not None or bool(r.output_description)
+    stats.by_server = tally(r.server for r in records)
+    stats.by_domain = tally((r.domain for r in records), str)
+    stats.with_output_schema = sum(
+        r.output_schema is not None or bool(r.output_description) for r in records
+    )
     stats.tools = len(records)
-    stats.by_domain = dict(sorted(stats.by_domain.items()))
 
 
 def build_pool(cfg: PoolConfig, progress: Progress | None = None) -> PoolStats:

@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from astra_agent.errors import ConfigError
 from training.synth.runner import (
+    ScoreReply,
     ScoreStats,
     StageContext,
     TeacherStage,
@@ -59,6 +60,7 @@ from training.synth.runner import (
     gather,
     parse_thresholds,
     run_teacher_stage,
+    score_reply,
     score_rows,
     score_stats,
 )
@@ -68,6 +70,7 @@ from training.synth.stage import (
     Rejection,
     StageRun,
     UnitOutcome,
+    tally,
 )
 from training.synth.teacher import TeacherRejected
 from training.synth.text import NearDuplicates, quote, signature, similarity
@@ -87,17 +90,7 @@ SCORES: tuple[ScoreName, ...] = get_args(ScoreName)
 # ------------------------------------------------------------------ what the teacher returns
 
 
-class JudgeScores(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    tool_selection_difficulty: int = Field(ge=1, le=5)
-    uniqueness: int = Field(ge=1, le=5)
-    question_quality: int = Field(ge=1, le=5)
-    realism: int = Field(ge=1, le=5)
-    reason: str = Field("", max_length=2000)
-
-    def scores(self) -> dict[ScoreName, int]:
-        return {name: getattr(self, name) for name in SCORES}
+JudgeScores = score_reply("JudgeScores", SCORES)
 
 
 # ------------------------------------------------------------------ records, config, stats
@@ -350,7 +343,7 @@ class TasksStage:
 
     async def _judge(
         self, chain: ToolChain, view: tuple[list[dict[str, Any]], str], d: _Draft
-    ) -> JudgeScores | Rejection:
+    ) -> ScoreReply | Rejection:
         question_json = json.dumps(d.question, ensure_ascii=False)
         try:
             answer = await self.teacher.ask(
@@ -372,7 +365,7 @@ class TasksStage:
             )
         return answer.value
 
-    def _record(self, chain: ToolChain, d: _Draft, verdict: JudgeScores) -> TaskRecord:
+    def _record(self, chain: ToolChain, d: _Draft, verdict: ScoreReply) -> TaskRecord:
         return TaskRecord(
             id=d.id,
             chain=chain.id,
@@ -417,6 +410,5 @@ def _count(stats: TaskStats, run: StageRun[TaskRecord], order: Sequence[str]) ->
             scores["overall"] = sum(scores.values()) / len(scores)
     kept = [{**r.scores, "overall": sum(r.scores.values()) / len(r.scores)} for r in records]
     stats.questions = len(records)
-    for r in records:
-        stats.by_mode[r.mode] = stats.by_mode.get(r.mode, 0) + 1
+    stats.by_mode = tally(r.mode for r in records)
     stats.scores = score_stats(judged, kept)
