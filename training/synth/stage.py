@@ -509,11 +509,9 @@ async def run_units(
     (:func:`~training.synth.teacher.track_usage`); return how many this call processed.
 
     A :class:`~training.synth.teacher.TeacherRejected` escaping ``process`` rejects the whole
-    unit (reason ``<prompt>:<problem>``, the raw reply kept). A failure of the endpoint
-    (:class:`~astra_agent.errors.ServerError`) is never recorded as data: the unit stays
-    undone, ``max_connection_failures`` in a row stop the run, and if any unit failed so the
-    call raises :class:`UnitsFailed` at the end instead of returning (``--resume`` does
-    those units; ``run.finish`` must not be called before they are done)."""
+    unit (the raw reply kept). A failure of the endpoint (:class:`ServerError`) is never data:
+    the unit stays undone, ``max_connection_failures`` in a row stop the run, and any such
+    unit makes the call raise :class:`UnitsFailed` at the end (``--resume`` does them)."""
     keys = [k for k, _ in units]
     if len(set(keys)) != len(keys):
         raise ConfigError("unit keys are not unique")

@@ -72,8 +72,6 @@ from training.synth.stage import (
 )
 from training.synth.teacher import TeacherRejected
 
-__all__ = ["EnvCodeConfig", "EnvCodeStats", "EnvRecord", "synth_env_code"]
-
 STAGE = "env_code"
 ENVS_FILE = "envs.jsonl"
 ENV_CODE = "env_code"  # the prompt template

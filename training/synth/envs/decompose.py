@@ -66,7 +66,7 @@ from training.synth.envs.records import (
     structure_problem,
     topological_order,
 )
-from training.synth.envs.sources import DomainSpec, SeedQuestion, Slot, read_sources
+from training.synth.envs.sources import Slot, read_sources
 from training.synth.runner import (
     ScoreStats,
     StageContext,
@@ -83,16 +83,6 @@ from training.synth.runner import (
 from training.synth.stage import Progress, Rejection, StageRun, UnitOutcome, tally
 from training.synth.teacher import TeacherRejected
 from training.synth.text import NearDuplicates, signature
-
-__all__ = [
-    "DecomposeConfig",
-    "DecomposeStats",
-    "DomainSpec",
-    "SeedQuestion",
-    "chain_problem",
-    "low_scores",
-    "synth_decompose",
-]
 
 STAGE = "decompose"
 DECOMPOSITIONS_FILE = "decompositions.jsonl"

@@ -187,14 +187,9 @@ def read_graphs(dirs: Sequence[Path]) -> tuple[Graph, list[Rejection]]:
     for where, e in pending:
         key = (e.source, e.target)
         if e.source not in nodes or e.target not in nodes:
+            why = "the edge names a tool that no nodes.jsonl lists"
             rejected.append(
-                Rejection(
-                    stage=STAGE,
-                    source=where,
-                    id=e.id,
-                    reason="unknown_tool",
-                    detail="the edge names a tool that no nodes.jsonl lists",
-                )
+                Rejection(stage=STAGE, source=where, id=e.id, reason="unknown_tool", detail=why)
             )
         elif key in edges:
             rejected.append(Rejection(stage=STAGE, source=where, id=e.id, reason="duplicate_edge"))

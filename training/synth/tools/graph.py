@@ -441,15 +441,10 @@ async def confirm_edges(
     batch_size: int = 8,
     concurrency: int = 4,
 ) -> Confirmation:
-    """Ask ``judge`` about ``edges`` in batches (at most ``concurrency`` batches at once).
-
-    A judge gets :class:`EdgeQuestion` s — the proposed edge (its score, rule and reason) with
-    the full records of both tools (descriptions, input and output schemas) — and answers
-    each with ``Verdict(yes, reason)``: ``yes`` when a realistic task calls the source tool
-    first and passes part of its result into the target tool's parameters named in the edge's
-    matches; ``reason`` says why in one sentence. A teacher-backed judge (an
-    OpenAI-compatible endpoint through ``astra_agent.ChatModel``) renders a batch into one
-    prompt, asks for one JSON verdict per edge, and returns them in the questions' order.
+    """Ask ``judge`` about ``edges`` in batches (at most ``concurrency`` batches at once):
+    ``Verdict(yes, reason)`` per edge, ``yes`` when a realistic task calls the source tool first
+    and passes part of its result to the target's parameters named in the edge's matches (the
+    teacher's judge: :mod:`training.synth.tools.confirm`).
 
     Failures are data: a batch whose judge raises, or returns a different number of
     verdicts, is rejected edge by edge as ``judge_failed`` (with the cause); the other batches

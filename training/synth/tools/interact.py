@@ -68,8 +68,6 @@ from training.synth.tools.environments import (
 from training.synth.tools.pool import PoolInputs, ToolRecord, not_in_pool, read_tools
 from training.synth.tools.tasks import TASKS_FILE, TaskRecord
 
-__all__ = ["InteractConfig", "InteractStats", "synth_interact"]
-
 STAGE = "interact"
 INTERACTIONS_FILE = "interactions.jsonl"
 AGENT = "agent"  # the token account of the teacher acting as the agent

@@ -25,9 +25,8 @@ cheapest first, a question is rejected when it
     no usable reply from the teacher in ``max_attempts`` tries (``not_json``, ``schema``,
     ``truncated``, ``too_long``, ``too_deep``, ``empty``; the raw reply is kept).
 
-Similarity is MinHash over word shingles (3 words by default; 128 hash functions from one
-``hashlib.shake_128`` digest per shingle, banded into an LSH index chosen for the threshold).
-Under concurrency, which of two near-duplicates is kept depends on which is judged first.
+Similarity is :mod:`training.synth.text`'s MinHash over word shingles. Under concurrency,
+which of two near-duplicates is kept depends on which is judged first.
 
 Input: ``synth chains`` output directories (or ``chains.jsonl`` files) and the ``synth pool``
 output the chains' tool ids come from. Output (``OUT``): ``tasks.jsonl`` (:class:`TaskRecord`,
