@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -180,9 +181,7 @@ class DecomposeConfig(TeacherStageConfig):
         return self
 
 
-def parse_min_scores(values: Sequence[str]) -> dict[ScoreName, int]:
-    """``--min-score`` values: ``N`` (every score) or ``name=N``, later ones winning."""
-    return parse_thresholds(values, SCORES, "--min-score", "score")
+parse_min_scores = partial(parse_thresholds, names=SCORES, flag="--min-score", noun="score")
 
 
 class DecomposeStats(TeacherStageStats):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -93,9 +94,7 @@ class JudgeConfig(TeacherStageConfig):
         return self
 
 
-def parse_min_each(values: Sequence[str]) -> dict[str, int]:
-    """``--min-each`` values: ``N`` (every criterion) or ``name=N``, later ones winning."""
-    return parse_thresholds(values, DIMENSIONS, "--min-each", "criterion")
+parse_min_each = partial(parse_thresholds, names=DIMENSIONS, flag="--min-each", noun="criterion")
 
 
 class JudgeStats(TeacherStageStats):

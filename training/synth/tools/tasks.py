@@ -41,7 +41,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -143,9 +143,7 @@ class TasksConfig(TeacherStageConfig):
         return self
 
 
-def parse_min_scores(values: Sequence[str]) -> dict[str, int]:
-    """``--min-score`` values: ``N`` (every score) or ``name=N``, later ones winning."""
-    return parse_thresholds(values, SCORES, "--min-score", "score")
+parse_min_scores = partial(parse_thresholds, names=SCORES, flag="--min-score", noun="score")
 
 
 class TaskStats(TeacherStageStats):
