@@ -22,7 +22,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, InitVar, dataclass
 from dataclasses import field as dataclass_field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -224,6 +224,7 @@ class _Unit(BaseModel):
     usage: dict[str, TokenCount] = Field(default_factory=dict)  # teacher tokens, by prompt
 
 
+@dataclass(eq=False)
 class StageRun(Generic[R]):
     """One stage's run in an output directory: checks, the journal, resume, the final write.
 
@@ -231,31 +232,24 @@ class StageRun(Generic[R]):
     holds its stats.json); the stage has nothing to do.
     """
 
-    def __init__(
-        self,
-        out: Path,
-        *,
-        stage: str,
-        output: str,
-        record_type: type[R],
-        fingerprint: str,
-        overwrite: bool = False,
-        resume: bool = False,
-        extra_outputs: tuple[str, ...] = (),
-        fsync: bool = False,
-    ) -> None:
+    out: Path
+    _: KW_ONLY
+    stage: str
+    output: str
+    record_type: type[R]
+    fingerprint: str
+    overwrite: InitVar[bool] = False
+    resume: InitVar[bool] = False
+    extra_outputs: InitVar[tuple[str, ...]] = ()
+    fsync: bool = False
+    units: dict[str, _Unit] = dataclass_field(default_factory=dict, init=False)
+    complete: bool = dataclass_field(default=False, init=False)
+    stats: dict[str, Any] = dataclass_field(default_factory=dict, init=False)
+
+    def __post_init__(self, overwrite: bool, resume: bool, extra_outputs: tuple[str, ...]) -> None:
         if overwrite and resume:
             raise ConfigError("--overwrite and --resume exclude each other")
-        self.out = out
-        self.stage = stage
-        self.output = output
-        self.record_type = record_type
-        self.fingerprint = fingerprint
-        self.fsync = fsync
-        self.names = (output, *extra_outputs, REJECTIONS, STATS, JOURNAL, RUN_STATE)
-        self.units: dict[str, _Unit] = {}
-        self.complete = False
-        self.stats: dict[str, Any] = {}
+        self.names = (self.output, *extra_outputs, REJECTIONS, STATS, JOURNAL, RUN_STATE)
         self._prepare(overwrite, resume)
 
     # ------------------------------------------------------------------ start
