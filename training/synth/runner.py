@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from astra_agent.errors import ConfigError
 from astra_agent.model import ChatModel, ModelConfig
@@ -32,8 +32,8 @@ from training.synth.stage import (
     StageRun,
     StageStats,
     UnitProcess,
-    code_version,
     open_run,
+    provenance,
     run_units,
 )
 from training.synth.teacher import Teacher, TeacherConfig, TeacherRejected, TokenCount
@@ -136,11 +136,10 @@ class StageContext(Generic[R]):
         prompts: Mapping[str, str] | None = None,
         detail: Mapping[str, Any] | None = None,
     ) -> Provenance:
-        return Provenance(
-            stage=self.stage,
-            run=self.run_id,
-            code_version=code_version(),
-            inputs=list(inputs),
+        return provenance(
+            self.stage,
+            self.run_id,
+            inputs,
             prompts=dict(prompts or {}),
             teacher=self.info,
             created=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -267,6 +266,24 @@ def usage_totals(run: StageRun[Any]) -> dict[str, TokenCount]:
         for ref, count in unit.usage.items():
             totals.setdefault(ref, TokenCount()).add(count)
     return dict(sorted(totals.items()))
+
+
+class ScoreReply(BaseModel):
+    """A judge's reply: scores 1-5 by name (see :func:`score_reply`), and why."""
+
+    model_config = ConfigDict(extra="forbid")
+    if TYPE_CHECKING:  # declared last by score_reply: the order in which errors are listed
+        reason: str
+
+    def scores(self) -> dict[Any, int]:
+        return {name: value for name, value in self if name != "reason"}
+
+
+def score_reply(name: str, scores: Sequence[str]) -> type[ScoreReply]:
+    """The reply model of a judge that scores ``scores``, 1-5 each (in this order), and says why."""
+    fields: dict[str, Any] = {s: (int, Field(ge=1, le=5)) for s in scores}
+    fields["reason"] = (str, Field("", max_length=2000))
+    return create_model(name, __base__=ScoreReply, **fields)
 
 
 class ScoreStats(BaseModel):

@@ -20,8 +20,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, InitVar, dataclass
 from dataclasses import field as dataclass_field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +53,7 @@ Progress = Callable[[int, int], None]  # (units done, units in all)
 
 R = TypeVar("R", bound=BaseModel)
 S = TypeVar("S", bound="StageStats")
+K = TypeVar("K")
 
 
 class SynthError(AstraError):
@@ -172,6 +174,19 @@ class Shard:
         return int.from_bytes(digest[:8], "big") % self.count == self.index
 
 
+def provenance(stage: str, run: str, inputs: Iterable[str], **fields: Any) -> Provenance:
+    """A record's :class:`Provenance`, made by this code version."""
+    return Provenance(
+        stage=stage, run=run, code_version=code_version(), inputs=list(inputs), **fields
+    )
+
+
+def tally(keys: Iterable[K], order: Callable[[K], Any] | None = None) -> dict[K, int]:
+    """How often each key occurs: in the order first seen, or sorted by ``order(key)``."""
+    counts = Counter(keys)
+    return dict(sorted(counts.items(), key=lambda kv: order(kv[0])) if order else counts)
+
+
 def jsonl(records: Iterable[BaseModel]) -> Iterable[str]:
     for r in records:
         yield r.model_dump_json() + "\n"
@@ -209,6 +224,7 @@ class _Unit(BaseModel):
     usage: dict[str, TokenCount] = Field(default_factory=dict)  # teacher tokens, by prompt
 
 
+@dataclass(eq=False)
 class StageRun(Generic[R]):
     """One stage's run in an output directory: checks, the journal, resume, the final write.
 
@@ -216,31 +232,24 @@ class StageRun(Generic[R]):
     holds its stats.json); the stage has nothing to do.
     """
 
-    def __init__(
-        self,
-        out: Path,
-        *,
-        stage: str,
-        output: str,
-        record_type: type[R],
-        fingerprint: str,
-        overwrite: bool = False,
-        resume: bool = False,
-        extra_outputs: tuple[str, ...] = (),
-        fsync: bool = False,
-    ) -> None:
+    out: Path
+    _: KW_ONLY
+    stage: str
+    output: str
+    record_type: type[R]
+    fingerprint: str
+    overwrite: InitVar[bool] = False
+    resume: InitVar[bool] = False
+    extra_outputs: InitVar[tuple[str, ...]] = ()
+    fsync: bool = False
+    units: dict[str, _Unit] = dataclass_field(default_factory=dict, init=False)
+    complete: bool = dataclass_field(default=False, init=False)
+    stats: dict[str, Any] = dataclass_field(default_factory=dict, init=False)
+
+    def __post_init__(self, overwrite: bool, resume: bool, extra_outputs: tuple[str, ...]) -> None:
         if overwrite and resume:
             raise ConfigError("--overwrite and --resume exclude each other")
-        self.out = out
-        self.stage = stage
-        self.output = output
-        self.record_type = record_type
-        self.fingerprint = fingerprint
-        self.fsync = fsync
-        self.names = (output, *extra_outputs, REJECTIONS, STATS, JOURNAL, RUN_STATE)
-        self.units: dict[str, _Unit] = {}
-        self.complete = False
-        self.stats: dict[str, Any] = {}
+        self.names = (self.output, *extra_outputs, REJECTIONS, STATS, JOURNAL, RUN_STATE)
         self._prepare(overwrite, resume)
 
     # ------------------------------------------------------------------ start
@@ -359,11 +368,8 @@ class StageRun(Generic[R]):
         keys = list(dict.fromkeys([*order, *self.units]))
         units = [self.units[k] for k in keys if k in self.units]
         rejected = [r for u in units for r in u.rejections] + list(rejections)
-        counts: dict[str, int] = {}
-        for r in rejected:
-            counts[r.reason] = counts.get(r.reason, 0) + 1
         stats.records = sum(len(u.records) for u in units)
-        stats.rejections = dict(sorted(counts.items()))
+        stats.rejections = tally((r.reason for r in rejected), str)
         stats.finished = datetime.now(UTC).isoformat(timespec="seconds")
 
         def lines() -> Iterable[str]:
@@ -497,11 +503,9 @@ async def run_units(
     (:func:`~training.synth.teacher.track_usage`); return how many this call processed.
 
     A :class:`~training.synth.teacher.TeacherRejected` escaping ``process`` rejects the whole
-    unit (reason ``<prompt>:<problem>``, the raw reply kept). A failure of the endpoint
-    (:class:`~astra_agent.errors.ServerError`) is never recorded as data: the unit stays
-    undone, ``max_connection_failures`` in a row stop the run, and if any unit failed so the
-    call raises :class:`UnitsFailed` at the end instead of returning (``--resume`` does
-    those units; ``run.finish`` must not be called before they are done)."""
+    unit (the raw reply kept). A failure of the endpoint (:class:`ServerError`) is never data:
+    the unit stays undone, ``max_connection_failures`` in a row stop the run, and any such
+    unit makes the call raise :class:`UnitsFailed` at the end (``--resume`` does them)."""
     keys = [k for k, _ in units]
     if len(set(keys)) != len(keys):
         raise ConfigError("unit keys are not unique")

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from astra_agent.errors import ConfigError, ModelBehaviorError
 from astra_agent.model import Model, ModelConfig
+from training.synth.text import cut_text
 
 log = logging.getLogger(__name__)
 
@@ -321,10 +322,7 @@ class Answer(Generic[S]):
     prompt: Prompt
 
 
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"\n…[{len(text) - limit:,} chars cut]"
-
-
+CUT = "\n…[{:,} chars cut]"  # after what is kept of a reply
 RETRY = (
     "Your reply could not be used: {error}. Reply again with only the JSON object that the "
     "instructions above ask for, with exactly the fields and types they name, and nothing else."
@@ -390,13 +388,13 @@ class Teacher:
                 if exc.problem != "truncated" and turn.finish_reason == "length":
                     error = ReplyError("truncated", f"{exc} (the reply hit max_tokens)")
             log.debug("%s: attempt %d unusable: %s", prompt.ref, attempt, error)
-            shown = _cut(raw, c.feedback_chars) or "(empty)"
+            shown = cut_text(raw, c.feedback_chars, CUT) or "(empty)"
             messages += [
                 {"role": "assistant", "content": shown},
                 {"role": "user", "content": RETRY.format(error=error)},
             ]
         raise TeacherRejected(
-            name, error.problem, _cut(raw, c.keep_raw_chars), str(error), c.max_attempts
+            name, error.problem, cut_text(raw, c.keep_raw_chars, CUT), str(error), c.max_attempts
         )
 
 

@@ -81,9 +81,9 @@ class NearDuplicates:
             self._bands.setdefault(key, []).append(label)
 
 
-def cut_text(text: str, limit: int = 3_000) -> str:
-    """``text``, or its first ``limit`` characters and how many were cut."""
-    return text if len(text) <= limit else text[:limit] + f" …[{len(text) - limit} chars cut]"
+def cut_text(text: str, limit: int = 3_000, mark: str = " …[{} chars cut]") -> str:
+    """``text``, or its first ``limit`` characters and ``mark`` with how many were cut."""
+    return text if len(text) <= limit else text[:limit] + mark.format(len(text) - limit)
 
 
 def quote(text: str, limit: int = 160) -> str:

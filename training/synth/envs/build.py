@@ -58,9 +58,10 @@ from training.synth.stage import (
     Rejection,
     StageStats,
     UnitOutcome,
-    code_version,
     open_run,
+    provenance,
     run_units,
+    tally,
 )
 
 STAGE = "arenas"
@@ -202,11 +203,10 @@ class ArenaStage:
 
     async def process(self, key: str, env: EnvRecord) -> UnitOutcome[ArenaRecordOut]:
         picks = self.distractors(env)
-        provenance = Provenance(
-            stage=STAGE,
-            run=self.run_id,
-            code_version=code_version(),
-            inputs=[env.id],
+        prov = provenance(
+            STAGE,
+            self.run_id,
+            [env.id],
             created=datetime.now(UTC).isoformat(timespec="seconds"),
             detail={
                 "split": self.split(env.id),
@@ -215,7 +215,7 @@ class ArenaStage:
             },
         )  # fmt: skip
         others = [self.tools[(p.entry.record, p.entry.name)] for p in picks]
-        record = arena_record(env, others, self.split(env.id), provenance)
+        record = arena_record(env, others, self.split(env.id), prov)
         problem = await arena_problem(record, self.cfg.sandbox)
         if problem is not None:
             reject = Rejection(stage=STAGE, source=env.id, id=env.id, reason="invalid_arena",
@@ -250,14 +250,10 @@ async def build_arenas(cfg: ArenaConfig, progress: Progress | None = None) -> Ar
     kept = [r for unit in order for r in run.records(unit)]
     stats.train = sum(r.split == "train" for r in kept)
     stats.heldout = sum(r.split == "heldout" for r in kept)
-    for r in kept:
-        picks = r.provenance.detail.get("distractors", [])
-        for p in picks:
-            stats.distractors[p["band"]] = stats.distractors.get(p["band"], 0) + 1
-        stats.short_of_distractors += len(picks) < cfg.near + cfg.far
-        n = str(len(json.loads(r.tool_schema)))
-        stats.tools_offered[n] = stats.tools_offered.get(n, 0) + 1
-    stats.tools_offered = dict(sorted(stats.tools_offered.items(), key=lambda kv: int(kv[0])))
+    picks = [r.provenance.detail.get("distractors", []) for r in kept]
+    stats.distractors = tally(p["band"] for ps in picks for p in ps)
+    stats.short_of_distractors = sum(len(ps) < cfg.near + cfg.far for ps in picks)
+    stats.tools_offered = tally((str(len(json.loads(r.tool_schema))) for r in kept), int)
     extra = {
         TRAIN_FILE: [r for r in kept if r.split == "train"],
         HELDOUT_FILE: [r for r in kept if r.split == "heldout"],

@@ -68,10 +68,9 @@ from training.synth.stage import (
     Rejection,
     StageRun,
     UnitOutcome,
+    tally,
 )
 from training.synth.teacher import TeacherRejected
-
-__all__ = ["EnvCodeConfig", "EnvCodeStats", "EnvRecord", "synth_env_code"]
 
 STAGE = "env_code"
 ENVS_FILE = "envs.jsonl"
@@ -320,10 +319,6 @@ def _count(stats: EnvCodeStats, run: StageRun[EnvRecord], order: list[str]) -> N
     stats.environments = len(kept)
     stats.tool_steps = sum(len(r.steps) for r in kept)
     stats.tools = sum(len(r.tools) for r in kept)
-    for r in kept:
-        for t in r.tools:
-            if t.merged:
-                stats.merged[t.merged] = stats.merged.get(t.merged, 0) + 1
-        for n in (r.provenance.detail.get("rounds", {}) if r.provenance else {}).values():
-            stats.rounds[str(n)] = stats.rounds.get(str(n), 0) + 1
-    stats.rounds = dict(sorted(stats.rounds.items(), key=lambda kv: int(kv[0])))
+    stats.merged = tally(t.merged for r in kept for t in r.tools if t.merged)
+    rounds = [r.provenance.detail.get("rounds", {}) if r.provenance else {} for r in kept]
+    stats.rounds = tally((str(n) for rs in rounds for n in rs.values()), int)

@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -66,7 +67,7 @@ from training.synth.envs.records import (
     structure_problem,
     topological_order,
 )
-from training.synth.envs.sources import DomainSpec, SeedQuestion, Slot, read_sources
+from training.synth.envs.sources import Slot, read_sources
 from training.synth.runner import (
     ScoreStats,
     StageContext,
@@ -80,19 +81,9 @@ from training.synth.runner import (
     score_rows,
     score_stats,
 )
-from training.synth.stage import Progress, Rejection, StageRun, UnitOutcome
+from training.synth.stage import Progress, Rejection, StageRun, UnitOutcome, tally
 from training.synth.teacher import TeacherRejected
 from training.synth.text import NearDuplicates, signature
-
-__all__ = [
-    "DecomposeConfig",
-    "DecomposeStats",
-    "DomainSpec",
-    "SeedQuestion",
-    "chain_problem",
-    "low_scores",
-    "synth_decompose",
-]
 
 STAGE = "decompose"
 DECOMPOSITIONS_FILE = "decompositions.jsonl"
@@ -190,9 +181,7 @@ class DecomposeConfig(TeacherStageConfig):
         return self
 
 
-def parse_min_scores(values: Sequence[str]) -> dict[ScoreName, int]:
-    """``--min-score`` values: ``N`` (every score) or ``name=N``, later ones winning."""
-    return parse_thresholds(values, SCORES, "--min-score", "score")
+parse_min_scores = partial(parse_thresholds, names=SCORES, flag="--min-score", noun="score")
 
 
 class DecomposeStats(TeacherStageStats):
@@ -430,16 +419,11 @@ def _count(stats: DecomposeStats, run: StageRun[Decomposition], order: Sequence[
     judged += [x.scores for u in order if u in run.units for x in run.units[u].rejections]
     stats.scores = score_stats([s for s in judged if s], [r.scores for r in records])
     stats.decompositions = len(records)
-    for r in records:
-        groups = layers(r.subquestions)
-        for counter, label in (
-            (stats.by_domain, r.domain),
-            (stats.steps, str(len(r.subquestions))),
-            (stats.depth, str(len(groups))),
-        ):
-            counter[label] = counter.get(label, 0) + 1
-        stats.with_parallel_steps += any(len(g) > 1 for g in groups)
-        stats.tool_steps += sum(bool(s.needs_tool) for s in r.subquestions)
-        stats.reasoning_steps += sum(s.needs_tool is False for s in r.subquestions)
-    stats.steps = dict(sorted(stats.steps.items(), key=lambda kv: int(kv[0])))
-    stats.depth = dict(sorted(stats.depth.items(), key=lambda kv: int(kv[0])))
+    groups = [layers(r.subquestions) for r in records]
+    stats.by_domain = tally(r.domain for r in records)
+    stats.steps = tally((str(len(r.subquestions)) for r in records), int)
+    stats.depth = tally((str(len(g)) for g in groups), int)
+    stats.with_parallel_steps = sum(any(len(g) > 1 for g in gs) for gs in groups)
+    steps = [s for r in records for s in r.subquestions]
+    stats.tool_steps = sum(bool(s.needs_tool) for s in steps)
+    stats.reasoning_steps = sum(s.needs_tool is False for s in steps)

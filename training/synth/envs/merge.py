@@ -89,12 +89,6 @@ def _signature(tool: EnvTool) -> str:
     return json.dumps([tool.name, tool.parameters], sort_keys=True)
 
 
-def _retarget(steps: list[EnvStep], served: Sequence[str], name: str) -> None:
-    for s in steps:
-        if s.subquestion in served:
-            s.tool = name
-
-
 async def merge_by_rule(
     tools: list[EnvTool], steps: list[EnvStep], check: Check
 ) -> tuple[list[EnvTool], list[str]]:
@@ -151,7 +145,9 @@ def unique_names(tools: list[EnvTool], steps: list[EnvStep]) -> list[EnvTool]:
         out.append(
             t.model_copy(update={"name": new, "source": f"{t.source}\n\n{new} = {t.name}\n"})
         )
-        _retarget(steps, t.serves, new)
+        for s in steps:
+            if s.subquestion in t.serves:
+                s.tool = new
     return out
 
 

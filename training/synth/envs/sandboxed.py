@@ -56,17 +56,7 @@ from eval.arenas.checks import (
     blind_call,
     conduct_finding,
 )
-
-__all__ = [
-    "Call",
-    "EnvTool",
-    "Failure",
-    "check_tool",
-    "cut",
-    "require_sandbox",
-    "schema_problem",
-    "static_problem",
-]
+from training.synth.text import cut_text
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 _NAME = re.compile(NAME_PATTERN)
@@ -218,7 +208,7 @@ def static_problem(name: str, source: str) -> Failure | None:
 
 
 def cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"…[{len(text) - limit:,} chars cut]"
+    return cut_text(text, limit, "…[{:,} chars cut]")
 
 
 # ------------------------------------------------------------------ the sandbox

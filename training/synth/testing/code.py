@@ -172,7 +172,8 @@ def _planted(kind: str, name: str, key: str, answer: str) -> tuple[str, dict[str
     return bodies.get(kind, good), arguments
 
 
-def _env_code(text: str) -> dict[str, Any]:
+@rule("env_code")
+def env_code_reply(template: str, text: str, plants: ScriptedPlants) -> dict[str, Any]:
     sub = json_line(SUB_LINE, text, "{}")
     inputs = json_line(INPUTS_LINE, text, "{}")
     attempt = int((ATTEMPT_LINE.findall(text) or [("1", "1")])[-1][0])
@@ -197,7 +198,8 @@ def _env_code(text: str) -> dict[str, Any]:
     }
 
 
-def _merge(text: str) -> dict[str, Any]:
+@rule("merge")
+def merge_reply(template: str, text: str, plants: ScriptedPlants) -> dict[str, Any]:
     tools = json_line(TOOLS_LINE, text, "[]")
     groups: dict[str, list[dict[str, Any]]] = {}
     for tool in tools:
@@ -229,13 +231,3 @@ def _merge(text: str) -> dict[str, Any]:
             "arguments": arguments,
         })  # fmt: skip
     return {"merges": merges}
-
-
-@rule("env_code", "merge")
-def scripted_reply(name: str, prompt_text: str, plants: ScriptedPlants) -> dict[str, Any]:
-    """The good answer (by the rules above) to an ``env_code`` or ``merge`` prompt."""
-    if name == "env_code":
-        return _env_code(prompt_text)
-    if name == "merge":
-        return _merge(prompt_text)
-    raise ValueError(f"no scripted rule for template {name!r}")

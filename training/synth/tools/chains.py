@@ -22,6 +22,7 @@ those that have no edge at all and those the count left out).
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,8 +41,9 @@ from training.synth.stage import (
     StageRun,
     StageStats,
     SynthError,
-    code_version,
     open_run,
+    provenance,
+    tally,
 )
 from training.synth.tools.graph import (
     EDGES_FILE,
@@ -185,14 +187,9 @@ def read_graphs(dirs: Sequence[Path]) -> tuple[Graph, list[Rejection]]:
     for where, e in pending:
         key = (e.source, e.target)
         if e.source not in nodes or e.target not in nodes:
+            why = "the edge names a tool that no nodes.jsonl lists"
             rejected.append(
-                Rejection(
-                    stage=STAGE,
-                    source=where,
-                    id=e.id,
-                    reason="unknown_tool",
-                    detail="the edge names a tool that no nodes.jsonl lists",
-                )
+                Rejection(stage=STAGE, source=where, id=e.id, reason="unknown_tool", detail=why)
             )
         elif key in edges:
             rejected.append(Rejection(stage=STAGE, source=where, id=e.id, reason="duplicate_edge"))
@@ -265,25 +262,19 @@ def make_chain(
     graph: Graph, tools: Sequence[str], run_id: str, detail: dict[str, Any]
 ) -> ToolChain:
     edges = [graph.edges[pair] for pair in pairwise(tools)]
-    score = 1.0
-    for e in edges:
-        score *= e.score
+    scores = [e.score for e in edges]
     domains = {graph.nodes[t].domain for t in tools}
     digest = hashlib.sha1("\n".join(tools).encode()).hexdigest()[:12]
     return ToolChain(
         id=f"chain-{digest}",
         tools=list(tools),
         edges=[e.id for e in edges],
-        scores=[e.score for e in edges],
-        score=round(score, 4),
+        scores=scores,
+        score=round(math.prod(scores), 4),
         servers=list(dict.fromkeys(graph.nodes[t].server for t in tools)),
         domain=domains.pop() if len(domains) == 1 else "",
-        provenance=Provenance(
-            stage=STAGE,
-            run=run_id,
-            code_version=code_version(),
-            inputs=[e.id for e in edges],
-            detail={**detail, "scores": [e.score for e in edges]},
+        provenance=provenance(
+            STAGE, run_id, [e.id for e in edges], detail={**detail, "scores": scores}
         ),
     )
 
@@ -393,10 +384,7 @@ def _coverage(stats: ChainStats, graph: Graph, chains: Sequence[tuple[str, ...]]
     used = {t for c in chains for t in c}
     linked = set(graph.linked)
     stats.chains = len(chains)
-    lengths: dict[int, int] = {}
-    for c in chains:
-        lengths[len(c)] = lengths.get(len(c), 0) + 1
-    stats.lengths = dict(sorted(lengths.items()))
+    stats.lengths = tally((len(c) for c in chains), int)
     stats.tools = len(graph.nodes)
     stats.covered = len(used)
     stats.no_edge = sorted(set(graph.nodes) - linked)

@@ -56,6 +56,7 @@ from training.synth.stage import (
     StageRun,
     UnitOutcome,
     check_out,
+    tally,
 )
 from training.synth.teacher import Answer, TeacherRejected
 from training.synth.text import cut_text
@@ -263,8 +264,8 @@ def _count(
     rejections = [r for u in order for r in run.units[u].rejections]
     stats.chains = stats.kept = len(kept)
     stats.kept_share = round(len(kept) / len(order), 4) if order else None
+    stats.lengths = tally((len(c.tools) for c in kept), int)
     for c in kept:
-        stats.lengths[len(c.tools)] = stats.lengths.get(len(c.tools), 0) + 1
         for v in (c.provenance.detail.get("votes") or []) if c.provenance else []:
             stats.votes_yes += bool(v.get("sensible"))
             stats.votes_no += not v.get("sensible")
@@ -272,7 +273,6 @@ def _count(
         if "votes" in r.scores:
             stats.votes_yes += int(r.scores.get("yes", 0))
             stats.votes_no += int(r.scores.get("votes", 0) - r.scores.get("yes", 0))
-    stats.lengths = dict(sorted(stats.lengths.items()))
     stats.voted_out = sum(r.reason == "vote_no" for r in rejections)
     stats.mismatched = sum(r.reason == "back_translation_mismatch" for r in rejections)
     used = {t for c in chains for t in c.tools}

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from astra_agent.environment import Environment, ToolResult, ToolSpec
 from astra_agent.errors import ServerError
 from training.synth.teacher import Teacher, TeacherRejected
+from training.synth.text import cut_text
 from training.synth.tools.pool import ToolRecord
 
 SIMULATE = "simulate_tool"  # the prompt template
@@ -79,10 +80,6 @@ def tool_card(tool: ToolRecord, public: str) -> dict[str, Any]:
     if tool.output_schema or tool.output_description:
         card["returns"] = tool.output_schema or tool.output_description
     return card
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"…[{len(text) - limit} chars cut]"
 
 
 @dataclass(frozen=True)
@@ -150,7 +147,8 @@ class TaskTools(Environment):
         else:
             result = await self._simulate(name, route.record, arguments)
         args = json.dumps(arguments, ensure_ascii=False)
-        self.history.append(Simulated(name, args, _cut(result.text, self.history_chars)))
+        shown = cut_text(result.text, self.history_chars, "…[{} chars cut]")
+        self.history.append(Simulated(name, args, shown))
         return result
 
     async def _simulate(self, name: str, tool: ToolRecord, arguments: dict[str, Any]) -> ToolResult:

@@ -51,9 +51,10 @@ from training.synth.stage import (
     Rejection,
     StageStats,
     SynthError,
-    code_version,
     open_run,
+    provenance,
     read_stats,
+    tally,
 )
 from training.synth.tools.pool import POOL_FILE, ToolRecord, read_pool
 from training.synth.tools.terms import (
@@ -355,13 +356,8 @@ def _edges_from(
             continue
         edge = propose_edge(a, b, weights, cfg.min_score)
         if edge is not None:
-            edge.provenance = Provenance(
-                stage=STAGE,
-                run=run_id,
-                code_version=code_version(),
-                inputs=[a.id, b.id],
-                detail={"rules": sorted({m.rule for m in edge.matches})},
-            )
+            rules = sorted({m.rule for m in edge.matches})
+            edge.provenance = provenance(STAGE, run_id, [a.id, b.id], detail={"rules": rules})
             out.append(edge)
     return out
 
@@ -382,11 +378,7 @@ def count_graph(stats: GraphStats, nodes: Sequence[GraphNode], edges: Sequence[T
     """A graph's counts: tools, edges, edges across servers, best rules, isolated tools."""
     stats.tools, stats.edges = len(nodes), len(edges)
     stats.cross_server = sum(not e.same_server for e in edges)
-    rules: dict[str, int] = {}
-    for e in edges:
-        rule = e.matches[0].rule if e.matches else "none"
-        rules[rule] = rules.get(rule, 0) + 1
-    stats.by_rule = dict(sorted(rules.items()))
+    stats.by_rule = tally((e.matches[0].rule if e.matches else "none" for e in edges), str)
     stats.isolated = [n.id for n in nodes if not n.in_degree and not n.out_degree]
 
 
@@ -449,15 +441,10 @@ async def confirm_edges(
     batch_size: int = 8,
     concurrency: int = 4,
 ) -> Confirmation:
-    """Ask ``judge`` about ``edges`` in batches (at most ``concurrency`` batches at once).
-
-    A judge gets :class:`EdgeQuestion` s — the proposed edge (its score, rule and reason) with
-    the full records of both tools (descriptions, input and output schemas) — and answers
-    each with ``Verdict(yes, reason)``: ``yes`` when a realistic task calls the source tool
-    first and passes part of its result into the target tool's parameters named in the edge's
-    matches; ``reason`` says why in one sentence. A teacher-backed judge (an
-    OpenAI-compatible endpoint through ``astra_agent.ChatModel``) renders a batch into one
-    prompt, asks for one JSON verdict per edge, and returns them in the questions' order.
+    """Ask ``judge`` about ``edges`` in batches (at most ``concurrency`` batches at once):
+    ``Verdict(yes, reason)`` per edge, ``yes`` when a realistic task calls the source tool first
+    and passes part of its result to the target's parameters named in the edge's matches (the
+    teacher's judge: :mod:`training.synth.tools.confirm`).
 
     Failures are data: a batch whose judge raises, or returns a different number of
     verdicts, is rejected edge by edge as ``judge_failed`` (with the cause); the other batches

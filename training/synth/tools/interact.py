@@ -29,6 +29,7 @@ recoveries, agent and simulator tokens.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -54,6 +55,7 @@ from training.synth.stage import (
     Rejection,
     StageRun,
     UnitOutcome,
+    tally,
 )
 from training.synth.teacher import Teacher, TokenCount, count_usage
 from training.synth.tools.environments import (
@@ -65,8 +67,6 @@ from training.synth.tools.environments import (
 )
 from training.synth.tools.pool import PoolInputs, ToolRecord, not_in_pool, read_tools
 from training.synth.tools.tasks import TASKS_FILE, TaskRecord
-
-__all__ = ["InteractConfig", "InteractStats", "synth_interact"]
 
 STAGE = "interact"
 INTERACTIONS_FILE = "interactions.jsonl"
@@ -389,13 +389,10 @@ async def synth_interact(cfg: InteractConfig, progress: Progress | None = None) 
 def _count(stats: InteractStats, run: StageRun[Trajectory], order: Sequence[str]) -> None:
     records = [r for unit in order for r in run.records(unit)]
     stats.trajectories = len(records)
-    for r in records:
-        env = str(r.metadata.get("environment", ""))
-        stats.by_environment[env] = stats.by_environment.get(env, 0) + 1
-        for status, n in r.counts().items():
-            stats.by_status[status] = stats.by_status.get(status, 0) + n
-        failures = r.metadata.get("injected_failures", [])
-        stats.injected += len(failures)
-        stats.recovered += sum(bool(f.get("recovered")) for f in failures)
+    stats.by_environment = tally(str(r.metadata.get("environment", "")) for r in records)
+    stats.by_status = dict(sum((Counter(r.counts()) for r in records), Counter()))
+    failures = [f for r in records for f in r.metadata.get("injected_failures", [])]
+    stats.injected = len(failures)
+    stats.recovered = sum(bool(f.get("recovered")) for f in failures)
     stats.calls = sum(len(r.events) for r in records)
     stats.mean_steps = round(sum(r.steps for r in records) / len(records), 3) if records else 0.0

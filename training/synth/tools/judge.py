@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from astra_agent.trajectory import Trajectory
 from training.synth.inputs import read_stage_output
@@ -40,6 +41,7 @@ from training.synth.runner import (
     fill_thresholds,
     parse_thresholds,
     run_teacher_stage,
+    score_reply,
     score_rows,
     score_stats,
 )
@@ -67,22 +69,7 @@ Dimension = Literal[
 DIMENSIONS: tuple[Dimension, ...] = get_args(Dimension)
 
 
-class TrajectoryScores(BaseModel):
-    """What the judge answers."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    call_conciseness: int = Field(ge=1, le=5)
-    answer_relevance: int = Field(ge=1, le=5)
-    answer_faithfulness: int = Field(ge=1, le=5)
-    call_success: int = Field(ge=1, le=5)
-    plan_quality: int = Field(ge=1, le=5)
-    result_use: int = Field(ge=1, le=5)
-    query_understanding: int = Field(ge=1, le=5)
-    reason: str = Field("", max_length=2000)
-
-    def scores(self) -> dict[Dimension, int]:
-        return {name: getattr(self, name) for name in DIMENSIONS}
+TrajectoryScores = score_reply("TrajectoryScores", DIMENSIONS)  # what the judge answers
 
 
 def overall(scores: dict[Dimension, int]) -> float:
@@ -107,9 +94,7 @@ class JudgeConfig(TeacherStageConfig):
         return self
 
 
-def parse_min_each(values: Sequence[str]) -> dict[str, int]:
-    """``--min-each`` values: ``N`` (every criterion) or ``name=N``, later ones winning."""
-    return parse_thresholds(values, DIMENSIONS, "--min-each", "criterion")
+parse_min_each = partial(parse_thresholds, names=DIMENSIONS, flag="--min-each", noun="criterion")
 
 
 class JudgeStats(TeacherStageStats):

@@ -49,9 +49,10 @@ from training.synth.stage import (
     StageRun,
     StageStats,
     SynthError,
-    code_version,
     open_run,
+    provenance,
     read_stats,
+    tally,
 )
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,10 @@ class ServerEntry:
 # ------------------------------------------------------------------ reading servers JSONL
 
 
+def _reject(source: str, rid: str, reason: str, detail: str = "") -> Rejection:
+    return Rejection(stage=STAGE, source=source, id=rid, reason=reason, detail=detail)
+
+
 def _text(*values: Any) -> str:
     return next((v.strip() for v in values if isinstance(v, str) and v.strip()), "")
 
@@ -132,12 +137,8 @@ def _text(*values: Any) -> str:
 def server_entry(data: Any, source: str) -> ServerEntry | Rejection:
     """One line of a servers JSONL: ASTRA's shape (``base_info``, maybe under ``mcp_info``)
     or the flat one."""
-
-    def reject(reason: str, detail: str = "", rid: str = "") -> Rejection:
-        return Rejection(stage=STAGE, source=source, id=rid, reason=reason, detail=detail)
-
     if not isinstance(data, dict):
-        return reject("not_a_server", f"a JSON {type(data).__name__}, not an object")
+        return _reject(source, "", "not_a_server", f"a JSON {type(data).__name__}, not an object")
     base = (data.get("mcp_info") or {}).get("base_info") if "mcp_info" in data else None
     base = base if isinstance(base, dict) else data.get("base_info")
     info: dict[str, Any]
@@ -151,9 +152,11 @@ def server_entry(data: Any, source: str) -> ServerEntry | Rejection:
         info.get("server_name"), info.get("name"), info.get("server"), info.get("server_title")
     )
     if not name:
-        return reject("no_server_name", "none of server_name, name, server, server_title")
+        return _reject(
+            source, "", "no_server_name", "none of server_name, name, server, server_title"
+        )
     if not isinstance(tools, list):
-        return reject("no_tools", "no tool list (tool_list or tools)", name)
+        return _reject(source, name, "no_tools", "no tool list (tool_list or tools)")
     return ServerEntry(
         name=name,
         source=source,
@@ -206,24 +209,17 @@ def normalize_tool(raw: Any, server: ServerEntry, run: str) -> ToolRecord | Reje
     if isinstance(raw, dict) and isinstance(raw.get("function"), dict):
         raw = raw["function"]
     if not isinstance(raw, dict):
-        return Rejection(
-            stage=STAGE,
-            source=server.source,
-            id=server.name,
-            reason="no_tool_name",
-            detail=f"a tool that is a JSON {type(raw).__name__}",
-        )
+        what = f"a tool that is a JSON {type(raw).__name__}"
+        return _reject(server.source, server.name, "no_tool_name", what)
     name = _text(raw.get("name"))
     if not name:
-        return Rejection(stage=STAGE, source=server.source, id=server.name, reason="no_tool_name")
+        return _reject(server.source, server.name, "no_tool_name")
     tid = f"{server.name}/{name}"
     schema = next((raw[k] for k in ("inputSchema", "input_schema", "parameters") if k in raw), None)
     schema = dict(EMPTY_SCHEMA) if schema is None or schema == {} else schema
     problem = _schema_problem(schema)
     if problem:
-        return Rejection(
-            stage=STAGE, source=server.source, id=tid, reason="bad_input_schema", detail=problem
-        )
+        return _reject(server.source, tid, "bad_input_schema", problem)
     schema = {"type": "object", "properties": {}, **schema}
     output = next((raw[k] for k in ("outputSchema", "output_schema") if k in raw), None)
     if output is not None and not isinstance(output, dict):
@@ -241,9 +237,7 @@ def normalize_tool(raw: Any, server: ServerEntry, run: str) -> ToolRecord | Reje
         output_schema=output or None,
         output_description=_text(raw.get("output_description"), raw.get("returns")),
         annotations=annotations if isinstance(annotations, dict) else {},
-        provenance=Provenance(
-            stage=STAGE, run=run, code_version=code_version(), inputs=[server.source]
-        ),
+        provenance=provenance(STAGE, run, [server.source]),
     )
 
 
@@ -255,15 +249,8 @@ def _server_records(server: ServerEntry, run: str) -> tuple[list[ToolRecord], li
         if isinstance(got, Rejection):
             rejected.append(got)
         elif got.id in kept:
-            rejected.append(
-                Rejection(
-                    stage=STAGE,
-                    source=server.source,
-                    id=got.id,
-                    reason="duplicate_tool",
-                    detail=f"server {server.name!r} lists {got.name!r} more than once",
-                )
-            )
+            twice = f"server {server.name!r} lists {got.name!r} more than once"
+            rejected.append(_reject(server.source, got.id, "duplicate_tool", twice))
         else:
             kept[got.id] = got
     return list(kept.values()), rejected
@@ -325,12 +312,12 @@ async def list_servers(
 
 
 def _stats_counts(stats: PoolStats, records: list[ToolRecord]) -> None:
-    for r in records:
-        stats.by_server[r.server] = stats.by_server.get(r.server, 0) + 1
-        stats.by_domain[r.domain] = stats.by_domain.get(r.domain, 0) + 1
-        stats.with_output_schema += r.output_schema is not None or bool(r.output_description)
+    stats.by_server = tally(r.server for r in records)
+    stats.by_domain = tally((r.domain for r in records), str)
+    stats.with_output_schema = sum(
+        r.output_schema is not None or bool(r.output_description) for r in records
+    )
     stats.tools = len(records)
-    stats.by_domain = dict(sorted(stats.by_domain.items()))
 
 
 def build_pool(cfg: PoolConfig, progress: Progress | None = None) -> PoolStats:
@@ -409,15 +396,7 @@ def _from_mcp(
         for name in todo:  # in config order
             if name in failures:
                 stats.servers_failed[name] = failures[name]
-                rejected.append(
-                    Rejection(
-                        stage=STAGE,
-                        source=source,
-                        id=name,
-                        reason="server_failed",
-                        detail=failures[name],
-                    )
-                )
+                rejected.append(_reject(source, name, "server_failed", failures[name]))
         if progress is not None:
             progress(len(names), len(names))
     return names, rejected

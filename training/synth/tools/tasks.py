@@ -25,9 +25,8 @@ cheapest first, a question is rejected when it
     no usable reply from the teacher in ``max_attempts`` tries (``not_json``, ``schema``,
     ``truncated``, ``too_long``, ``too_deep``, ``empty``; the raw reply is kept).
 
-Similarity is MinHash over word shingles (3 words by default; 128 hash functions from one
-``hashlib.shake_128`` digest per shingle, banded into an LSH index chosen for the threshold).
-Under concurrency, which of two near-duplicates is kept depends on which is judged first.
+Similarity is :mod:`training.synth.text`'s MinHash over word shingles. Under concurrency,
+which of two near-duplicates is kept depends on which is judged first.
 
 Input: ``synth chains`` output directories (or ``chains.jsonl`` files) and the ``synth pool``
 output the chains' tool ids come from. Output (``OUT``): ``tasks.jsonl`` (:class:`TaskRecord`,
@@ -42,7 +41,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -50,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from astra_agent.errors import ConfigError
 from training.synth.runner import (
+    ScoreReply,
     ScoreStats,
     StageContext,
     TeacherStage,
@@ -59,6 +59,7 @@ from training.synth.runner import (
     gather,
     parse_thresholds,
     run_teacher_stage,
+    score_reply,
     score_rows,
     score_stats,
 )
@@ -68,6 +69,7 @@ from training.synth.stage import (
     Rejection,
     StageRun,
     UnitOutcome,
+    tally,
 )
 from training.synth.teacher import TeacherRejected
 from training.synth.text import NearDuplicates, quote, signature, similarity
@@ -87,17 +89,7 @@ SCORES: tuple[ScoreName, ...] = get_args(ScoreName)
 # ------------------------------------------------------------------ what the teacher returns
 
 
-class JudgeScores(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    tool_selection_difficulty: int = Field(ge=1, le=5)
-    uniqueness: int = Field(ge=1, le=5)
-    question_quality: int = Field(ge=1, le=5)
-    realism: int = Field(ge=1, le=5)
-    reason: str = Field("", max_length=2000)
-
-    def scores(self) -> dict[ScoreName, int]:
-        return {name: getattr(self, name) for name in SCORES}
+JudgeScores = score_reply("JudgeScores", SCORES)
 
 
 # ------------------------------------------------------------------ records, config, stats
@@ -151,9 +143,7 @@ class TasksConfig(TeacherStageConfig):
         return self
 
 
-def parse_min_scores(values: Sequence[str]) -> dict[str, int]:
-    """``--min-score`` values: ``N`` (every score) or ``name=N``, later ones winning."""
-    return parse_thresholds(values, SCORES, "--min-score", "score")
+parse_min_scores = partial(parse_thresholds, names=SCORES, flag="--min-score", noun="score")
 
 
 class TaskStats(TeacherStageStats):
@@ -350,7 +340,7 @@ class TasksStage:
 
     async def _judge(
         self, chain: ToolChain, view: tuple[list[dict[str, Any]], str], d: _Draft
-    ) -> JudgeScores | Rejection:
+    ) -> ScoreReply | Rejection:
         question_json = json.dumps(d.question, ensure_ascii=False)
         try:
             answer = await self.teacher.ask(
@@ -372,7 +362,7 @@ class TasksStage:
             )
         return answer.value
 
-    def _record(self, chain: ToolChain, d: _Draft, verdict: JudgeScores) -> TaskRecord:
+    def _record(self, chain: ToolChain, d: _Draft, verdict: ScoreReply) -> TaskRecord:
         return TaskRecord(
             id=d.id,
             chain=chain.id,
@@ -417,6 +407,5 @@ def _count(stats: TaskStats, run: StageRun[TaskRecord], order: Sequence[str]) ->
             scores["overall"] = sum(scores.values()) / len(scores)
     kept = [{**r.scores, "overall": sum(r.scores.values()) / len(r.scores)} for r in records]
     stats.questions = len(records)
-    for r in records:
-        stats.by_mode[r.mode] = stats.by_mode.get(r.mode, 0) + 1
+    stats.by_mode = tally(r.mode for r in records)
     stats.scores = score_stats(judged, kept)
