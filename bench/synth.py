@@ -7,7 +7,7 @@ servers. The stages run in this process through their library functions (``synth
 ``synth_interact``, ``synth_judge``: what the CLI calls), one mode per chain (``diverse``: one
 question, hence one trajectory, per chain), tools simulated by the teacher, injected failures
 at the default rate (0.2). The teacher is the scripted teacher
-(``training.synth.testing:script``) served by ``astra_agent.testing.scripted_server`` in its
+(``training.testing:script``) served by ``astra_agent.testing.scripted_server`` in its
 own process with 50 ms added to every reply — the agent's steps, the simulated tools, the
 question writer and both judges alike — so that its CPU is not counted as the pipeline's.
 
@@ -160,7 +160,7 @@ def write_jsonl(path: Path, records: list[Any]) -> Path:
 
 def teacher_server(delay_s: float) -> contextlib.AbstractContextManager[tuple[str, int]]:
     """The scripted teacher in its own process, ``delay_s`` per reply: (base URL, pid)."""
-    script = "training.synth.testing:script"
+    script = "training.testing:script"
     return in_subprocess(script, model=MODEL, delay_s=delay_s, cwd=str(REPO))
 
 

@@ -22,13 +22,13 @@ from tests.training.conftest import kill_stage_midway
 from training.cli import app as train_app
 from training.synth.stage import JOURNAL, UnitsFailed
 from training.synth.teacher import ReplyError, parse_reply
-from training.synth.testing import Plant, ScriptedPlants, ScriptedTeacher, scripted_teacher_server
 from training.synth.tools.chains import ChainConfig, ToolChain, sample_chains
 from training.synth.tools.check_chains import CheckChainsConfig, synth_check_chains
 from training.synth.tools.confirm import ConfirmConfig, synth_confirm, verdicts_schema
 from training.synth.tools.graph import GraphConfig, build_graph
 from training.synth.tools.pool import PoolConfig, ToolRecord, build_pool
 from training.synth.tools.tasks import TasksConfig, synth_tasks
+from training.testing import Plant, ScriptedPlants, ScriptedTeacher, scripted_teacher_server
 
 MODEL = "scripted-teacher"
 S = {"type": "string"}

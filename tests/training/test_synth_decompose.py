@@ -40,8 +40,8 @@ from training.synth.envs.records import (
 from training.synth.envs.sources import read_domains, read_sources, read_taxonomy
 from training.synth.stage import JOURNAL, UnitsFailed
 from training.synth.teacher import ReplyError, Teacher, TeacherConfig, TeacherRejected, parse_reply
-from training.synth.testing import ScriptedTeacher, scripted_teacher_server
-from training.synth.testing.decompose import scripted_reply
+from training.testing import ScriptedTeacher, scripted_teacher_server
+from training.testing.decompose import scripted_reply
 
 MODEL = "scripted-teacher"
 ALWAYS = 1_000_000

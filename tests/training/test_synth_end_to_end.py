@@ -37,7 +37,7 @@ from astra_agent.testing.scripted_server import ScriptedServer
 from eval.arenas import replay_script
 from serving.server import VLLMServer
 from serving.tiny import Script
-from training.synth.testing import scripted_teacher_server
+from training.testing import scripted_teacher_server
 
 pytestmark = pytest.mark.integration
 

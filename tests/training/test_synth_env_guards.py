@@ -23,7 +23,7 @@ from training.synth.envs.build import arena_record
 from training.synth.envs.code import CheckLimits, EnvRecord, EnvStep, synth_env_code
 from training.synth.envs.sandboxed import EnvTool
 from training.synth.stage import Provenance
-from training.synth.testing import ScriptedTeacher, scripted_teacher_server
+from training.testing import ScriptedTeacher, scripted_teacher_server
 
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")
 

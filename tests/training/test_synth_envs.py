@@ -29,7 +29,7 @@ from training.synth.envs.distract import BM25, DistractorIndex, Entry, words
 from training.synth.envs.merge import dispatcher
 from training.synth.envs.records import Decomposition, SubQuestion
 from training.synth.envs.sandboxed import schema_problem, static_problem
-from training.synth.testing import ScriptedTeacher, scripted_teacher_server
+from training.testing import ScriptedTeacher, scripted_teacher_server
 
 MODEL = "scripted-teacher"
 LIMITS = CheckLimits(wall_seconds_per_call=0.5, load_seconds_per_tool=2.0)
@@ -164,7 +164,7 @@ async def test_env_code_rejects_broken_and_hostile_code_after_bounded_retries(
 @needs_bwrap
 async def test_dispatcher_serves_each_variant() -> None:
     from training.synth.envs.sandboxed import Call, check_tool
-    from training.synth.testing.code import PARAMETERS, table_code
+    from training.testing.code import PARAMETERS, table_code
 
     a, b = table_code("area", {"k-one": "11 km2"}), table_code("area", {"k-two": "22 km2"})
     source = dispatcher("area", [a, b])

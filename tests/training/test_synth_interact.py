@@ -20,12 +20,12 @@ from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from tests.training.conftest import kill_stage_midway
 from training.cli import app as train_app
 from training.synth.stage import JOURNAL, UnitsFailed
-from training.synth.testing import ScriptedTeacher, scripted_teacher_server
 from training.synth.tools.environments import injected
 from training.synth.tools.interact import InteractConfig, synth_interact
 from training.synth.tools.judge import DIMENSIONS, JudgeConfig, synth_judge
 from training.synth.tools.pool import PoolConfig, ToolRecord, build_pool
 from training.synth.tools.tasks import TaskRecord, TasksConfig, synth_tasks
+from training.testing import ScriptedTeacher, scripted_teacher_server
 
 MODEL = "scripted-teacher"
 S = {"type": "string"}

@@ -19,7 +19,6 @@ from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from tests.training.conftest import kill_stage_midway
 from training.synth.stage import JOURNAL, Shard, UnitsFailed
 from training.synth.teacher import ReplyError, Teacher, TeacherConfig, TeacherRejected, parse_reply
-from training.synth.testing import Plant, ScriptedTeacher, scripted_teacher_server
 from training.synth.text import NearDuplicates, signature, similarity
 from training.synth.tools.chains import ToolChain
 from training.synth.tools.pool import ToolRecord
@@ -32,6 +31,7 @@ from training.synth.tools.tasks import (
     named_tool,
     synth_tasks,
 )
+from training.testing import Plant, ScriptedTeacher, scripted_teacher_server
 
 MODEL = "scripted-teacher"
 TOOLS = [

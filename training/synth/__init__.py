@@ -7,7 +7,7 @@ the graph's edges) → ``chains`` → ``check-chains`` (votes, back-translation)
 provenance) is :mod:`training.synth.stage`; every stage that asks the teacher plugs into one
 runner, :mod:`training.synth.runner` (a new one: copy ``synth/tools/judge.py``); the teacher
 itself is :mod:`training.synth.teacher`. A scripted teacher for tests is
-:mod:`training.synth.testing`.
+:mod:`training.testing`.
 """
 
 from training.synth.stage import Provenance, Rejection, Shard, StageStats, SynthError

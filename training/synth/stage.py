@@ -131,8 +131,7 @@ _CODE_VERSION: str | None = None
 
 def code_version() -> str:
     """The package version and a digest of the stages' code (this module, the runner, the
-    shared text helpers, ``synth/tools``, ``synth/envs``; not the test doubles of
-    ``synth/testing``)."""
+    shared text helpers, ``synth/tools``, ``synth/envs``)."""
     global _CODE_VERSION
     if _CODE_VERSION is None:
         h = hashlib.sha256()

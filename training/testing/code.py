@@ -34,7 +34,7 @@ import re
 from typing import Any
 
 from astra_agent.arena import AnswerMatch
-from training.synth.testing.rules import ScriptedPlants, json_line, rule
+from training.testing.rules import ScriptedPlants, json_line, rule
 
 SUB_LINE = re.compile(r"^Sub-question \(JSON\): (.*)$", re.MULTILINE)
 INPUTS_LINE = re.compile(r"^Inputs \(JSON\): (.*)$", re.MULTILINE)

@@ -27,7 +27,7 @@ from typing import Any
 
 from astra_agent.testing.scripted_server import Reply
 from training.synth.envs.sandboxed import JSON_TYPES
-from training.synth.testing.rules import ScriptedPlants, clause, rule
+from training.testing.rules import ScriptedPlants, clause, rule
 
 QUOTED = re.compile(r'"([^"\n]{1,200})"|“([^”\n]{1,200})”')
 TOOL_LINE = re.compile(r"^Tool \(JSON\): (.*)$", re.MULTILINE)

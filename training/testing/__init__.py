@@ -2,16 +2,16 @@
 
 :class:`ScriptedTeacher` is a script for :class:`~astra_agent.testing.ScriptedServer` (a fake
 model over real HTTP). Its rules live in this package, one module per part of the pipeline,
-each registered by template name (:mod:`training.synth.testing.rules`); importing the package
+each registered by template name (:mod:`training.testing.rules`); importing the package
 registers them all. None of it is imported by a stage.
 
     python -m astra_agent.testing.scripted_server --port 8013 \\
-        --script training.synth.testing:script
+        --script training.testing:script
 """
 
-from training.synth.testing import code, decompose, tools  # noqa: F401  (they register rules)
-from training.synth.testing.rules import ScriptedPlants
-from training.synth.testing.teacher import (
+from training.testing import code, decompose, tools  # noqa: F401  (they register rules)
+from training.testing.rules import ScriptedPlants
+from training.testing.teacher import (
     OutputKind,
     Plant,
     ScriptedTeacher,

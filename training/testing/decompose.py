@@ -30,7 +30,7 @@ import re
 from typing import Any
 
 from training.synth.envs.records import SubQuestion, contains_answer, sinks
-from training.synth.testing.rules import ScriptedPlants, json_line, last_line, rule
+from training.testing.rules import ScriptedPlants, json_line, last_line, rule
 
 DOMAIN_LINE = re.compile(r"^Domain \(JSON\): (.*)$", re.MULTILINE)
 SEED_LINE = re.compile(r"^Seed question \(JSON\): (.*)$", re.MULTILINE)

@@ -12,8 +12,8 @@ prompt's machine-readable lines (``Tool chain (JSON, in call order): …``, ``Mo
 ``tasks_judge``
     tool-selection difficulty ``min(5, 2 + tools in the chain)``, 4 for the other scores.
 
-The other templates' rules are registered by name (:mod:`training.synth.testing.rules`), a
-chat request that offers tools is answered by :func:`~training.synth.testing.agent.scripted_agent`
+The other templates' rules are registered by name (:mod:`training.testing.rules`), a
+chat request that offers tools is answered by :func:`~training.testing.agent.scripted_agent`
 (the teacher as the agent of an episode), and an unknown template with HTTP 400. For tests,
 ``checks`` plants answers of the chain checks' rules, and ``output`` switches every reply (or
 a :class:`Plant`'s, for one chain and mode) to a tolerated shape (``fenced``, ``think``,
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
-from training.synth.testing.agent import scripted_agent
-from training.synth.testing.rules import (
+from training.testing.agent import scripted_agent
+from training.testing.rules import (
     CHAIN_LINE,
     REQUEST_LINE,
     RULES,

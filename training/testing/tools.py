@@ -4,7 +4,7 @@
 ``back_translate``: a request is translated back by finding, in order of appearance, the first
 clause of each offered tool's description (the clauses the scripted ``tasks`` rule writes its
 questions from; of tools with the same clause, the first name in sorting order) — except where
-the test's :class:`~training.synth.testing.rules.ScriptedPlants` say otherwise.
+the test's :class:`~training.testing.rules.ScriptedPlants` say otherwise.
 ``trajectory_judge``: ``call_success`` 5 when every call succeeded, 4 when each failed tool
 later succeeded, else 2; ``call_conciseness`` 5 without repeated tools, else 4; the other
 criteria 4.
@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from training.synth.testing.rules import (
+from training.synth.tools.judge import DIMENSIONS
+from training.testing.rules import (
     CHAIN_LINE,
     REQUEST_LINE,
     ScriptedPlants,
@@ -23,7 +24,6 @@ from training.synth.testing.rules import (
     json_line,
     rule,
 )
-from training.synth.tools.judge import DIMENSIONS
 
 EDGES_LINE = re.compile(r"^Edges \(JSON, numbered\): (.*)$", re.MULTILINE)
 OFFERED_LINE = re.compile(r"^Tools offered \(JSON\): (.*)$", re.MULTILINE)

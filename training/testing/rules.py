@@ -1,7 +1,7 @@
 """The scripted teacher's rule book: a rule per prompt template, registered by name.
 
 A rule takes the template's name, the prompt's text and the test's :class:`ScriptedPlants`, and
-returns the good answer (a JSON object; :class:`~training.synth.testing.teacher.ScriptedTeacher`
+returns the good answer (a JSON object; :class:`~training.testing.teacher.ScriptedTeacher`
 shapes it). The modules of this package register theirs with :func:`rule` when the package is
 imported; nothing here is part of a stage, or of the stages' code version.
 """
