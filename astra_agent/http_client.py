@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from astra_agent.runio import loads_text
+from astra_agent.runio import dumps_json, loads_text
 from astra_agent.trajectory import FailureKind
 
 _JSON = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -95,6 +95,41 @@ def failure_of(exc: BaseException) -> HTTPFailure:
 _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 
 
+class BodyEncoder:
+    """A JSON object body as ``json.dumps`` writes it, byte for byte, with the text of one
+    member (``key``) kept from an earlier body while its value is the same object and still
+    equal to what was encoded. A chat request's ``tools`` are the same list at every step of
+    an episode and most of the request's encoding (dozens of small objects), while its
+    messages change. The texts of the last ``keep`` values are kept (an episode in flight
+    each); a kept value is held, so that its ``id`` is not another object's."""
+
+    def __init__(self, key: str, keep: int = 256) -> None:
+        self.key, self.keep = key, keep
+        self._kept: dict[int, tuple[Any, Any, str]] = {}  # id → (value, text decoded, text)
+
+    def encode(self, body: dict[str, Any]) -> bytes:
+        value = body.get(self.key)
+        if not value or not all(isinstance(k, str) for k in body):
+            return dumps_json(body).encode()
+        kept = self._kept.get(id(value))
+        if kept is None or kept[1] != value:  # new, or changed in place since
+            text = dumps_json(value)
+            kept = (value, json.loads(text), text)
+            self._kept.pop(id(value), None)
+            if len(self._kept) >= self.keep:
+                del self._kept[next(iter(self._kept))]
+            self._kept[id(value)] = kept
+        members = (
+            f"{dumps_json(k)}: {kept[2] if k == self.key else dumps_json(v)}"
+            for k, v in body.items()
+        )
+        return ("{" + ", ".join(members) + "}").encode()
+
+
+def _data(body: dict[str, Any] | bytes) -> bytes:
+    return body if isinstance(body, bytes) else dumps_json(body).encode()
+
+
 class JSONClient:
     """JSON requests to ``base_url`` (``…/v1``) over one aiohttp session, opened on first use
     in the running event loop; ``api_key`` goes as a bearer token. ``close`` is idempotent."""
@@ -127,10 +162,11 @@ class JSONClient:
         """GET ``path``; the decoded reply (:class:`HTTPFailure`, :class:`NotJSON`)."""
         return await self._request("GET", path, None, timeout_s)
 
-    async def post(self, path: str, body: dict[str, Any], timeout_s: float) -> Any:
-        """POST ``body`` (JSON); the decoded reply, which must arrive within ``timeout_s`` in
-        all, even one that trickles (:class:`HTTPFailure`, :class:`NotJSON`)."""
-        return await self._request("POST", path, json.dumps(body).encode(), timeout_s)
+    async def post(self, path: str, body: dict[str, Any] | bytes, timeout_s: float) -> Any:
+        """POST ``body`` (JSON, or its text already encoded); the decoded reply, which must
+        arrive within ``timeout_s`` in all, even one that trickles (:class:`HTTPFailure`,
+        :class:`NotJSON`)."""
+        return await self._request("POST", path, _data(body), timeout_s)
 
     async def _request(self, method: str, path: str, data: bytes | None, timeout_s: float) -> Any:
         try:
@@ -145,7 +181,7 @@ class JSONClient:
         return decode(raw)
 
     async def stream(
-        self, path: str, body: dict[str, Any], read_timeout_s: float
+        self, path: str, body: dict[str, Any] | bytes, read_timeout_s: float
     ) -> AsyncIterator[Any]:
         """POST ``body`` and yield the JSON events of the server-sent event stream it answers
         with, up to ``data: [DONE]``; each read must come within ``read_timeout_s``. An error
@@ -154,7 +190,7 @@ class JSONClient:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s
         )
-        data = json.dumps(body).encode()
+        data = _data(body)
         try:
             async with self._open().post(self.base_url + path, data=data, timeout=timeout) as r:
                 if r.status >= 400:

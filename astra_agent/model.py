@@ -40,7 +40,7 @@ from typing import Any, Literal, Protocol, Self, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from astra_agent.errors import ConfigError, ServerError
-from astra_agent.http_client import HTTPFailure, JSONClient, NotJSON
+from astra_agent.http_client import BodyEncoder, HTTPFailure, JSONClient, NotJSON
 from astra_agent.reply import (
     DeltaHook,
     ModelTurn,
@@ -203,6 +203,7 @@ class ChatModel(Model):
         # Sent as before with the OpenAI SDK: a bearer token even where none is configured.
         self._http = JSONClient(self.config.base_url, api_key=self.config.api_key or "EMPTY")
         self._model = self.config.model
+        self._bodies = BodyEncoder("tools")  # an episode's tools are encoded once
 
     @property
     def name(self) -> str:
@@ -369,17 +370,18 @@ class ChatModel(Model):
         t0 = time.monotonic()
         timeout = self.config.request_timeout_s
         try:
+            data = self._bodies.encode(body)
             if stream:
                 assert on_delta is not None
                 # A streamed reply may take long: each read must come within the timeout.
                 events = await self._with_retries(
-                    lambda: _first_event(self._http.stream("/chat/completions", body, timeout))
+                    lambda: _first_event(self._http.stream("/chat/completions", data, timeout))
                 )
                 turn = await collect_stream(events, on_delta)
             else:
                 # A plain reply must arrive within request_timeout_s in all.
                 r = await self._with_retries(
-                    lambda: self._http.post("/chat/completions", body, timeout)
+                    lambda: self._http.post("/chat/completions", data, timeout)
                 )
                 turn = turn_of(r)
         except HTTPFailure as exc:  # mid-stream: what was shown cannot be taken back

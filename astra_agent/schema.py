@@ -185,20 +185,37 @@ def compile_schema(schema: Any) -> _Compiled:
     return _Compiled(cls(schema, registry=_registry()), regexes=regexes)
 
 
-def _compiled(spec: ToolSpec) -> _Compiled:
+def _known(spec: ToolSpec) -> _Compiled | None:
+    """The validator of ``spec`` if its schema was compiled already (for this spec object or
+    another with the same schema: an episode's specs are new objects), else None."""
     hit = _VALIDATORS.get(id(spec))
     if hit is not None and hit[0] is spec:
         return hit[1]
-    key = json.dumps(spec.parameters, sort_keys=True, default=str)
-    compiled = _COMPILED.get(key)
-    if compiled is None:
-        compiled = compile_schema(spec.parameters)
-        if len(_COMPILED) > 10_000:
-            _COMPILED.clear()
-        _COMPILED[key] = compiled
+    compiled = _COMPILED.get(_schema_key(spec))
+    if compiled is not None:
+        _remember(spec, compiled)
+    return compiled
+
+
+def _schema_key(spec: ToolSpec) -> str:
+    return json.dumps(spec.parameters, sort_keys=True, default=str)
+
+
+def _remember(spec: ToolSpec, compiled: _Compiled) -> None:
     if len(_VALIDATORS) > 10_000:
         _VALIDATORS.clear()
     _VALIDATORS[id(spec)] = (spec, compiled)
+
+
+def _compiled(spec: ToolSpec) -> _Compiled:
+    known = _known(spec)
+    if known is not None:
+        return known
+    compiled = compile_schema(spec.parameters)
+    if len(_COMPILED) > 10_000:
+        _COMPILED.clear()
+    _COMPILED[_schema_key(spec)] = compiled
+    _remember(spec, compiled)
     return compiled
 
 
@@ -240,8 +257,8 @@ async def schema_error(spec: ToolSpec, args: Any, timeout_s: float = SCHEMA_BUDG
     first time (compiling) and whenever the schema matches regular expressions."""
     budget = min(timeout_s, SCHEMA_BUDGET_S)
     deadline = time.monotonic() + budget
-    hit = _VALIDATORS.get(id(spec))
-    if hit is not None and hit[0] is spec and not hit[1].regexes:
+    known = _known(spec)
+    if known is not None and not known.regexes:
         # Compiled already and no regular expression in it: plain Python bounded by the size
         # of the arguments, cheaper inline than a thread hop on every call.
         return _first_error(spec, args, deadline)

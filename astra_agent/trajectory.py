@@ -15,7 +15,6 @@ model call renders; ``tools_at(len(messages))`` is the last offer.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -29,7 +28,7 @@ from astra_agent.errors import ConfigError
 # the JSONL primitives live in runio; these names stay importable from here
 from astra_agent.runio import append_jsonl as append_jsonl
 from astra_agent.runio import drop_torn_tail as drop_torn_tail
-from astra_agent.runio import jsonl_lines
+from astra_agent.runio import dumps_json, jsonl_lines
 
 Termination = Literal[
     "stop",  # the model answered without calling a tool
@@ -187,7 +186,7 @@ class Trajectory(BaseModel):
         return out
 
     def to_json_line(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False) + "\n"
+        return dumps_json(self.model_dump(mode="json"), ensure_ascii=False) + "\n"
 
 
 def read_jsonl(path: str | Path) -> Iterator[Trajectory]:

@@ -212,6 +212,34 @@ async def test_patterns_still_check_ordinary_arguments(redos_env: MCPEnvironment
     )
 
 
+async def test_a_schema_compiled_once_is_checked_inline_for_every_spec_that_has_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An episode's specs are new objects: the first compiles off the loop, the next with the
+    same schema (or the same spec again) are checked inline; a schema with a pattern never is."""
+    from astra_agent.environment import ToolSpec
+
+    plain = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    pattern = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^a+$"}}}
+    threads: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(fn: Any, *args: Any) -> Any:
+        threads.append(args[0].name)
+        return await to_thread(fn, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    first, again = ToolSpec("first", parameters=dict(plain)), ToolSpec("again", parameters=plain)
+    assert "is not of type 'integer'" in (await schema_error(first, {"n": "x"}) or "")
+    assert "'n' is a required property" in (await schema_error(again, {}) or "")
+    assert await schema_error(first, {"n": 1}) is None
+    for name in ("p1", "p2"):
+        assert "does not match" in (
+            await schema_error(ToolSpec(name, parameters=pattern), {"s": "b"}) or ""
+        )
+    assert threads == ["first", "p1", "p2"]
+
+
 @pytest.mark.integration
 async def test_episode_with_catastrophic_pattern_runs_the_call(redos_env: MCPEnvironment) -> None:
     args = '{"s": "' + "a" * 40 + '!"}'

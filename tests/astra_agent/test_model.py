@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import re
 import socket
 import time
@@ -404,3 +405,33 @@ async def test_a_lone_surrogate_from_the_server_becomes_u_fffd_and_a_pair_stays(
     streamed, exc, _ = await _stream_from(_sse(b'{"choices": [{"index": 0, "delta": '
                                                b'{"content": "s\\ud800"}}]}'))  # fmt: skip
     assert exc is None and streamed is not None and streamed.content == "s\ufffd"
+
+
+def test_a_body_encodes_as_json_dumps_writes_it_with_its_tools_kept() -> None:
+    """The tools' text is kept between the steps of an episode (the same list), and encoded
+    again when the list changed in place; every body is json.dumps's, byte for byte."""
+    from astra_agent.http_client import BodyEncoder
+
+    encoder = BodyEncoder("tools", keep=2)
+    tools: list[dict[str, Any]] = [
+        ToolSpec(
+            "f", "naïve ☃", {"type": "object", "properties": {"x": {"type": "number"}}}
+        ).to_openai()
+    ]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi \ud800"}]
+
+    def same(body: dict[str, Any]) -> None:
+        assert encoder.encode(body) == json.dumps(body).encode()
+
+    for step in range(3):
+        messages.append({"role": "assistant", "content": f"step {step}"})
+        same({"model": "m", "messages": messages, "temperature": 0.6, "tools": tools})
+    tools[0]["function"]["description"] = "changed"
+    same({"model": "m", "messages": messages, "tools": tools})
+    tools.append(ToolSpec("g").to_openai())
+    same({"tools": tools, "model": "m"})
+    for other in ([ToolSpec(f"t{i}").to_openai()] for i in range(3)):  # over ``keep``
+        same({"model": "m", "tools": other})
+    same({"model": "m", "tools": tools, "extra": {"nan": float("nan")}})
+    same({"model": "m", "messages": messages})  # no tools
+    same({"model": "m", "tools": tools, 1: "a key json.dumps turns into a string"})  # type: ignore[dict-item]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -22,6 +23,7 @@ from astra_agent.runio import (
     creation_problem,
     differing_keys,
     drop_torn_tail,
+    dumps_json,
     file_sha256,
     json_line,
     jsonl_lines,
@@ -167,6 +169,31 @@ def test_json_line_formats(tmp_path: Path) -> None:
     )
     traj = Trajectory(messages=[{"role": "user", "content": UNICODE}])
     assert json_line(traj) == traj.to_json_line()
+
+
+JSON_VALUES: list[Any] = [
+    {"a": UNICODE, "b": [1, 2.5, -0.0, 1e300, None, True, {"c": "\ud800"}], "": {}},
+    [float("nan"), float("inf"), 10**30, ""],
+    UNICODE,
+    {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}] * 3},
+]
+
+
+@pytest.mark.parametrize("value", JSON_VALUES)
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+def test_dumps_json_writes_what_json_dumps_writes(value: Any, ensure_ascii: bool) -> None:
+    assert dumps_json(value, ensure_ascii=ensure_ascii) == json.dumps(
+        value, ensure_ascii=ensure_ascii
+    )
+
+
+def test_dumps_json_fails_as_json_dumps_does() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        dumps_json({"a": loop})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        dumps_json({"a": object()})
 
 
 def test_append_and_read_back_with_unicode_line_separators(tmp_path: Path) -> None:

@@ -170,6 +170,17 @@ def test_minhash_finds_copies_and_light_edits_not_strangers() -> None:
     assert index.query(()) is None
 
 
+def test_minhash_index_picks_the_most_similar_of_texts_sharing_bands() -> None:
+    base = "Move the final report into the temp folder and then compare it with last year's one"
+    index = NearDuplicates(0.5)
+    for label, text in [("x", base + " now please"), ("y", base), ("z", base + " today")]:
+        index.add(label, signature(text))
+    index.add("y", signature("Book a table for four"))  # a label is indexed once
+    assert len(index) == 3 and index.query(signature(base)) == ("y", 1.0)
+    with pytest.raises(ValueError):
+        similarity(signature(base), signature(base)[:64])
+
+
 def test_bfcl_questions_are_found_when_copied() -> None:
     label, text = bfcl_questions()[7]
     index = bfcl_index(0.5, 3)

@@ -35,6 +35,7 @@ from astra_agent.options import version
 from astra_agent.runio import (
     append_jsonl,
     drop_torn_tail,
+    dumps_json,
     file_sha256,
     jsonl_lines,
     write_lines_atomic,
@@ -374,7 +375,7 @@ class StageRun(Generic[R]):
         def lines() -> Iterable[str]:
             for u in units:
                 for r in u.records:
-                    yield json.dumps(r, ensure_ascii=False) + "\n"
+                    yield dumps_json(r, ensure_ascii=False) + "\n"
 
         write_lines_atomic(self.out / self.output, lines())
         for name, recs in (extra or {}).items():

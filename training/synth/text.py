@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import re
 import struct
 from collections.abc import Iterable, Sequence
@@ -38,7 +39,9 @@ def similarity(a: Sequence[int], b: Sequence[int]) -> float:
     """The Jaccard similarity estimate of two signatures."""
     if not a or not b:
         return 0.0
-    return sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
+    if len(a) != len(b):
+        raise ValueError(f"signatures of {len(a)} and {len(b)} hashes")
+    return sum(map(operator.eq, a, b)) / len(a)
 
 
 def _rows_per_band(threshold: float) -> int:
@@ -55,7 +58,9 @@ class NearDuplicates:
     def __init__(self, threshold: float) -> None:
         self.threshold = threshold
         self.rows = _rows_per_band(threshold)
-        self._bands: dict[tuple[int, tuple[int, ...]], list[str]] = {}
+        # a band's labels: one label as a string, more as a list (a string is no container
+        # for the garbage collector to walk: BFCL's index is ~80,000 bands, most of one text)
+        self._bands: dict[tuple[int, tuple[int, ...]], str | list[str]] = {}
         self._sigs: dict[str, tuple[int, ...]] = {}
 
     def __len__(self) -> int:
@@ -69,7 +74,13 @@ class NearDuplicates:
         """The most similar known text at or over the threshold (label, similarity)."""
         if not sig:
             return None
-        found = {label for key in self._keys(sig) for label in self._bands.get(key, ())}
+        found: set[str] = set()
+        for key in self._keys(sig):
+            labels = self._bands.get(key, ())
+            if isinstance(labels, str):
+                found.add(labels)
+            else:
+                found.update(labels)
         best = max(((similarity(sig, self._sigs[x]), x) for x in sorted(found)), default=None)
         return (best[1], best[0]) if best and best[0] >= self.threshold else None
 
@@ -78,7 +89,13 @@ class NearDuplicates:
             return
         self._sigs[label] = sig
         for key in self._keys(sig):
-            self._bands.setdefault(key, []).append(label)
+            labels = self._bands.get(key)
+            if labels is None:
+                self._bands[key] = label
+            elif isinstance(labels, str):
+                self._bands[key] = [labels, label]
+            else:
+                labels.append(label)
 
 
 def cut_text(text: str, limit: int = 3_000, mark: str = " …[{} chars cut]") -> str:
