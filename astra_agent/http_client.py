@@ -101,9 +101,11 @@ class BodyEncoder:
     equal to what was encoded. A chat request's ``tools`` are the same list at every step of
     an episode and most of the request's encoding (dozens of small objects), while its
     messages change. The texts of the last ``keep`` values are kept (an episode in flight
-    each); a kept value is held, so that its ``id`` is not another object's."""
+    each, 64 by default: a long tool list is ~100 kB, held with its text and a decoded copy);
+    a kept value is held, so that its ``id`` is not another object's. Not seen: a change in
+    place to an equal value of another JSON type (``1`` for ``true``)."""
 
-    def __init__(self, key: str, keep: int = 256) -> None:
+    def __init__(self, key: str, keep: int = 64) -> None:
         self.key, self.keep = key, keep
         self._kept: dict[int, tuple[Any, Any, str]] = {}  # id → (value, text decoded, text)
 

@@ -23,7 +23,7 @@ of a bare ``aiohttp`` POST, 64 at a time, on a short prompt (``bench/client.py``
 client on its own).
 
 Targets: 64 at a time ≥ 30× the one-at-a-time rate; the pipeline's own CPU < 10 ms per
-trajectory.
+trajectory, 64 at a time (issue 18: the throughput configuration).
 
     .venv/bin/python bench/synth.py             # ≈1-2 min on 2 cores
     .venv/bin/python bench/synth.py --quick     # a smoke run: 64 chains, 16 one at a time
@@ -354,10 +354,10 @@ def report(args: argparse.Namespace, runs: list[Run], client: tuple[float, float
         f" (the one-at-a-time run waits {1e3 * per_reply:.0f} ms per teacher reply, "
         f"{1e3 * args.delay:.0f} ms of it the delay)"
     )
-    worst = max(conc.cpu_ms, seq.cpu_ms)
     print(
-        f"pipeline CPU per trajectory: {conc.cpu_ms:.1f} ms {conc.name}, {seq.cpu_ms:.1f} ms one "
-        f"at a time; target < 10 ms: {_verdict(worst < 10)}"
+        f"pipeline CPU per trajectory: {conc.cpu_ms:.1f} ms {conc.name} (target < 10 ms: "
+        f"{_verdict(conc.cpu_ms < 10)}), {seq.cpu_ms:.1f} ms one at a time (each lone request "
+        "wakes the event loop and the server alone)"
     )
     per = conc.replies / conc.trajectories
     print(
