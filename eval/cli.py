@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import BaseModel
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -76,6 +77,25 @@ def _progress(label: str, score: Callable[[Any], str]) -> Iterator[Callable[[Any
         yield hook
 
 
+C = TypeVar("C", bound=BaseModel)
+S = TypeVar("S")
+
+
+def _run_eval(
+    label: str,
+    config: type[C],
+    overrides: dict[str, Any],
+    evaluate: Callable[[C, Callable[[Any], None]], Coroutine[Any, Any, S]],
+    score: Callable[[Any], str],
+) -> tuple[C, S]:
+    """An eval's config (flags over ``ASTRA_EVAL_*`` variables) and its run under the progress
+    bar: the config and the summary."""
+    cfg = load_config(config, None, overrides, env_prefix=ENV_PREFIX)
+    with _progress(label, score) as hook:
+        summary = asyncio.run(evaluate(cfg, hook))
+    return cfg, summary
+
+
 def _arena_score(records: list[Any]) -> str:
     from eval.arenas.runner import summarize
 
@@ -103,9 +123,7 @@ def arenas(ctx: typer.Context, *, overrides: dict[str, Any]) -> None:
         raise typer.BadParameter("--data FILE is required (or use `arenas validate FILE`)")
     from eval.arenas.runner import evaluate_arenas
 
-    cfg = load_config(ArenaEvalConfig, None, overrides, env_prefix=ENV_PREFIX)
-    with _progress("arenas", _arena_score) as hook:
-        summary = asyncio.run(evaluate_arenas(cfg, hook))
+    cfg, summary = _run_eval("arenas", ArenaEvalConfig, overrides, evaluate_arenas, _arena_score)
     _print_arenas(summary)
     console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
 
@@ -208,9 +226,7 @@ def bfcl(
         overrides["categories"] = _names("--categories", categories, "base,miss_func")
     if ids is not None:
         overrides["ids"] = _names("--ids", ids, "multi_turn_base_0")
-    cfg = load_config(BFCLConfig, None, overrides, env_prefix=ENV_PREFIX)
-    with _progress("bfcl", _bfcl_score) as hook:
-        summary = asyncio.run(evaluate_bfcl(cfg, hook))
+    cfg, summary = _run_eval("bfcl", BFCLConfig, overrides, evaluate_bfcl, _bfcl_score)
     _print_bfcl(summary)
     console.print(f"results: {cfg.out}/results.jsonl, summary.json, leaderboard.csv")
 
@@ -395,9 +411,7 @@ def tau2(
         overrides["domains"] = _names("--domains", domains, "retail,telecom")
     if tasks is not None:
         overrides["tasks"] = _names("--tasks", tasks, "0,1")
-    cfg = load_config(Tau2Config, None, overrides, env_prefix=ENV_PREFIX)
-    with _progress("tau2", _tau2_score) as hook:
-        summary = asyncio.run(evaluate_tau2(cfg, hook))
+    cfg, summary = _run_eval("tau2", Tau2Config, overrides, evaluate_tau2, _tau2_score)
     _print_tau2(summary)
     console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
 
