@@ -195,7 +195,7 @@ def _from_trajectory(traj: Trajectory, file: str, line: int, source: str) -> Can
 def _eval_record(rec: dict[str, Any], file: str, line: int) -> Candidate:
     source = "tau2" if "user_side" in rec else "arenas" if "reward" in rec else "bfcl"
     traj_data = rec.get("trajectory")
-    rec_id = str(rec.get("id", f"{Path(file).name}:{line}"))
+    rec_id = _record_id(rec, file, line)
     if traj_data is None:  # an entry that failed to run
         return Candidate(
             file,
@@ -286,15 +286,35 @@ def _astra_record(rec: dict[str, Any], file: str, line: int) -> Candidate:
         raise BadRecord("invalid_record", "an ASTRA-SFT-1k record whose trajectory is not a list")
     messages, unused = _astra_messages(raw)
     unused |= {k for k in rec if k not in ASTRA_USED}
+    tools = _astra_tools(rec)
+    return _one_offer(rec, file, line, "astra-sft-1k", messages, tools, tuple(sorted(unused)))
+
+
+def _record_id(rec: dict[str, Any], file: str, line: int) -> str:
+    """The record's own id, else ``FILE:LINE``."""
+    return str(rec.get("id", f"{Path(file).name}:{line}"))
+
+
+def _one_offer(
+    rec: dict[str, Any],
+    file: str,
+    line: int,
+    source: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    unused: tuple[str, ...] = (),
+) -> Candidate:
+    """A record whose tools are offered once for the whole conversation, with its own id and
+    reward."""
     return Candidate(
         file=file,
         line=line,
-        source="astra-sft-1k",
-        record_id=str(rec.get("id", f"{Path(file).name}:{line}")),
+        source=source,
+        record_id=_record_id(rec, file, line),
         messages=messages,
-        offers=[(0, _astra_tools(rec))],
+        offers=[(0, tools)],
         reward=_reward(rec),
-        unused=tuple(sorted(unused)),
+        unused=unused,
     )
 
 
@@ -320,15 +340,7 @@ def _openai_record(rec: dict[str, Any], file: str, line: int) -> Candidate:
         raise BadRecord("invalid_messages", "`messages` is not a list")
     if not isinstance(tools, list):
         raise BadRecord("invalid_tools", "`tools` is not a list")
-    return Candidate(
-        file=file,
-        line=line,
-        source="openai",
-        record_id=str(rec.get("id", f"{Path(file).name}:{line}")),
-        messages=messages,
-        offers=[(0, tools)],
-        reward=_reward(rec),
-    )
+    return _one_offer(rec, file, line, "openai", messages, tools)
 
 
 def _validation_reason(exc: ValidationError) -> BadRecord:
