@@ -17,6 +17,7 @@ import pytest
 
 from astra_agent.errors import ConfigError
 from astra_agent.sandbox import Sandbox, SandboxLimits
+from tests.astra_agent.sandboxes import next_call_survives
 
 pytestmark = [
     pytest.mark.integration,
@@ -133,9 +134,7 @@ async def test_converting_the_result_cannot_arm_the_next_call(arm: str) -> None:
     encoded first."""
     sources = {"arm_in_repr": ARM_IN_REPR, "arm_in_items": ARM_IN_ITEMS, "slow": SLOW}
     async with Sandbox(sources, LIMITS) as sb:
-        assert (await sb.call(arm, {})).ok
-        r = await sb.call("slow", {})
-        assert r.ok and r.value == "survived", r
+        assert (await next_call_survives(sb, arm)).ok
 
 
 THREADS_AT_LIMIT = (
@@ -175,9 +174,7 @@ async def test_processes_and_handlers_left_by_a_call_cannot_break_the_next() -> 
     """Forked children of a call (the hook switched off) outlived it: one that exits later
     fires the call's SIGCHLD handler in the next call; one that waits can kill the episode."""
     async with Sandbox({"leave_child": LEAVE_CHILD, "slow": SLOW}, LIMITS) as sb:
-        assert (await sb.call("leave_child", {})).value == "left"
-        r = await sb.call("slow", {})
-        assert r.ok and r.value == "survived", r
+        assert (await next_call_survives(sb, "leave_child")).value == "left"
         assert sb.replacements == 0
 
 
