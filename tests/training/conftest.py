@@ -9,14 +9,17 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from astra_agent import console as console_mod
+from astra_agent.errors import ConfigError
+from astra_agent.testing.scripted_server import ScriptedServer
 from eval.arenas import DATA_DIR
 from serving.tiny import TinySpec, build_tiny_checkpoint
 from tests.conftest import kill_after_records, shared_once
@@ -46,6 +49,31 @@ def kill_stage_midway(args: list[str], out: Path, at_least: int, units: int, tor
     with (out / JOURNAL).open("a") as f:
         f.write(f'{{"unit": "{torn}", "records": [{{"id": "torn')
     return done
+
+
+C = TypeVar("C", bound=BaseModel)
+S = TypeVar("S")
+
+
+def resume_killed_stage(
+    run: Callable[[C], Coroutine[Any, Any, S]],
+    cfg: C,
+    name: str,
+    srv: ScriptedServer,
+    *,
+    other: dict[str, Any] | None = None,
+) -> tuple[S, int]:
+    """After :func:`kill_stage_midway`: ``run(cfg)`` refuses the unfinished ``name`` run, and
+    (with ``other``) a resume under other parameters; then the run resumes. Returns its stats
+    and how many requests the resumed run sent to the teacher ``srv``."""
+    with pytest.raises(ConfigError, match=f"unfinished {name} run"):
+        asyncio.run(run(cfg))
+    if other is not None:
+        with pytest.raises(ConfigError, match="other inputs or parameters"):
+            asyncio.run(run(cfg.model_copy(update={"resume": True, **other})))
+    before = len(srv.requests)
+    stats = asyncio.run(run(cfg.model_copy(update={"resume": True})))
+    return stats, len(srv.requests) - before
 
 
 @pytest.fixture(scope="session")

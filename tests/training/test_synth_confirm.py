@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from astra_agent.errors import ConfigError
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
-from tests.training.conftest import kill_stage_midway
+from tests.training.conftest import kill_stage_midway, resume_killed_stage
 from training.cli import app as train_app
 from training.synth.stage import JOURNAL, UnitsFailed
 from training.synth.teacher import ReplyError, parse_reply
@@ -425,11 +425,8 @@ def test_check_chains_kill_and_resume_lose_and_duplicate_nothing(tmp_path: Path)
         srv.set_script(ScriptedTeacher())
         cfg = check_cfg(tmp_path / "chains", tmp_path / "pool", out, srv.base_url,
                         concurrency=2)  # fmt: skip
-        with pytest.raises(ConfigError, match="unfinished chains run"):
-            asyncio.run(synth_check_chains(cfg))
-        before = len(srv.requests)
-        stats = asyncio.run(synth_check_chains(cfg.model_copy(update={"resume": True})))
-        assert len(srv.requests) - before == 3 * (30 - done)  # vote, request, back-translation
+        stats, asked = resume_killed_stage(synth_check_chains, cfg, "chains", srv)
+        assert asked == 3 * (30 - done)  # vote, request, back-translation
     kept = read(out / "chains.jsonl")
     assert sorted(c["id"] for c in kept) == sorted(
         c["id"] for c in read(tmp_path / "chains" / "chains.jsonl")

@@ -15,13 +15,12 @@ import pytest
 from typer.testing import CliRunner
 
 from astra_agent.arena import load_arena_file
-from astra_agent.errors import ConfigError
 from astra_agent.sandbox import bwrap_available
 from astra_agent.testing.scripted_server import ScriptedServer
 from eval.arenas import replay_script
 from eval.arenas.checks import holds_token, vary_arguments
 from tests.conftest import run_module
-from tests.training.conftest import kill_stage_midway
+from tests.training.conftest import kill_stage_midway, resume_killed_stage
 from training.synth.cli import synth_app
 from training.synth.envs.build import heldout_ids
 from training.synth.envs.code import CheckLimits, EnvCodeConfig, synth_env_code
@@ -360,11 +359,8 @@ def test_env_code_kill_and_resume_lose_and_duplicate_nothing(tmp_path: Path) -> 
         srv.set_script(ScriptedTeacher())
         cfg = env_config(path, out, srv.base_url, concurrency=2,
                          sandbox=CheckLimits(wall_seconds_per_call=2))  # fmt: skip
-        with pytest.raises(ConfigError, match="unfinished env_code run"):
-            asyncio.run(synth_env_code(cfg))
-        before = len(srv.requests)
-        stats = asyncio.run(synth_env_code(cfg.model_copy(update={"resume": True})))
-        assert len(srv.requests) - before == len(records) - done  # only the rest was asked
+        stats, asked = resume_killed_stage(synth_env_code, cfg, "env_code", srv)
+        assert asked == len(records) - done  # only the rest was asked
     kept = read(out / "envs.jsonl")
     assert sorted(r["id"] for r in kept) == [r.id for r in records]
     assert not read(out / "rejections.jsonl")

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from astra_agent.errors import ConfigError
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
-from tests.training.conftest import kill_stage_midway
+from tests.training.conftest import kill_stage_midway, resume_killed_stage
 from training.cli import app as train_app
 from training.synth.stage import JOURNAL, UnitsFailed
 from training.synth.tools.environments import injected
@@ -360,11 +360,7 @@ def test_kill_and_resume_lose_and_duplicate_nothing(tmp_path: Path) -> None:
         done = kill_stage_midway(args, out, 3, len(tasks), torn="t99:diverse")
         srv.set_script(ScriptedTeacher())
         cfg = config(tasks_file, [pool], out, srv.base_url, failure_rate=0.3, seed=5)
-        with pytest.raises(ConfigError, match="unfinished interact run"):
-            asyncio.run(synth_interact(cfg))
-        with pytest.raises(ConfigError, match="other inputs or parameters"):
-            asyncio.run(synth_interact(cfg.model_copy(update={"resume": True, "seed": 6})))
-        stats = asyncio.run(synth_interact(cfg.model_copy(update={"resume": True})))
+        stats, _ = resume_killed_stage(synth_interact, cfg, "interact", srv, other={"seed": 6})
         fresh = asyncio.run(
             synth_interact(
                 config(
