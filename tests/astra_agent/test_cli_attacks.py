@@ -25,6 +25,7 @@ from astra_agent.errors import ConfigError, ServerError
 from astra_agent.mcp_config import parse_mcp_config
 from astra_agent.mcp_env import MCPEnvironment
 from astra_agent.model import ChatModel, EndpointError, ModelConfig
+from tests.conftest import send_json
 
 
 def _completion(message: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -65,12 +66,7 @@ class _Hostile(BaseHTTPRequestHandler):
         pass
 
     def _send(self, data: Any) -> None:
-        body = data if isinstance(data, bytes) else json.dumps(data).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, 200, data if isinstance(data, bytes) else json.dumps(data).encode())
 
     def do_GET(self) -> None:
         self._send(MODELS.get(self.server.mode, {"object": "list", "data": [{"id": "m"}]}))  # type: ignore[attr-defined]

@@ -25,7 +25,7 @@ from astra_agent.model import EndpointError
 from serving.endpoint_check import CHECK_MESSAGES, CHECK_TOOL
 from serving.server import VLLMServer, gpu_count
 from serving.tiny import TinySpec, build_tiny_checkpoint
-from tests.conftest import free_port
+from tests.conftest import free_port, send_json
 from training.rl.generate import HFGenerator, Sample, Sampling
 from training.rl.vllm_engine import (
     RolloutServer,
@@ -249,11 +249,7 @@ class Stub:
                 # A client that gave up (a timeout test) is let go quietly: this thread can
                 # outlive the test, and its traceback lands in another test's captured output.
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    send_json(self, status, data)
 
             def log_message(self, *args: object) -> None:
                 pass
