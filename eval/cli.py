@@ -193,12 +193,16 @@ def _bfcl_score(records: list[Any]) -> str:
     return "  ".join(f"{c} {a:.1f}" for c, a in summarize(records).accuracy.items())
 
 
-def _names(flag: str, text: str, example: str) -> list[str]:
-    """A comma-separated flag's names; one that names none (``,``, blanks) is a usage error."""
+def _set_names(overrides: dict[str, Any], key: str, text: str | None, example: str) -> None:
+    """The names of the comma-separated flag ``--KEY`` (when given) into ``overrides[key]``;
+    a flag that names none (``,``, blanks) is a usage error."""
+    if text is None:
+        return
+    flag = f"--{key}"
     names = [c.strip() for c in text.split(",") if c.strip()]
     if not names:
         raise ConfigError(f"{flag} {text!r} names nothing", hint=f"e.g. {flag} {example}")
-    return names
+    overrides[key] = names
 
 
 @bfcl_app.callback(invoke_without_command=True)
@@ -222,10 +226,8 @@ def bfcl(
         return
     from eval.bfcl.runner import evaluate_bfcl
 
-    if categories is not None:
-        overrides["categories"] = _names("--categories", categories, "base,miss_func")
-    if ids is not None:
-        overrides["ids"] = _names("--ids", ids, "multi_turn_base_0")
+    _set_names(overrides, "categories", categories, "base,miss_func")
+    _set_names(overrides, "ids", ids, "multi_turn_base_0")
     cfg, summary = _run_eval("bfcl", BFCLConfig, overrides, evaluate_bfcl, _bfcl_score)
     _print_bfcl(summary)
     console.print(f"results: {cfg.out}/results.jsonl, summary.json, leaderboard.csv")
@@ -407,10 +409,8 @@ def tau2(
     """
     from eval.tau2.runner import evaluate_tau2
 
-    if domains is not None:
-        overrides["domains"] = _names("--domains", domains, "retail,telecom")
-    if tasks is not None:
-        overrides["tasks"] = _names("--tasks", tasks, "0,1")
+    _set_names(overrides, "domains", domains, "retail,telecom")
+    _set_names(overrides, "tasks", tasks, "0,1")
     cfg, summary = _run_eval("tau2", Tau2Config, overrides, evaluate_tau2, _tau2_score)
     _print_tau2(summary)
     console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
@@ -521,8 +521,7 @@ def general(
     require_lm_eval()
     if not logging.getLogger().isEnabledFor(logging.DEBUG):  # --verbose shows lm-eval's logs
         quiet_lm_eval()
-    if tasks is not None:
-        overrides["tasks"] = _names("--tasks", tasks, "astra_arith,gsm8k")
+    _set_names(overrides, "tasks", tasks, "astra_arith,gsm8k")
     cfg = load_config(GeneralEvalConfig, None, overrides, env_prefix=ENV_PREFIX)
     err_console.print(f"general: {', '.join(cfg.tasks)} against {cfg.model.base_url}")
     summary = evaluate_general(cfg)
