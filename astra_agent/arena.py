@@ -21,8 +21,9 @@ from astra_agent.config import read_text
 from astra_agent.environment import ToolResult, ToolSpec
 from astra_agent.errors import ConfigError
 from astra_agent.pysource import parse
+from astra_agent.runio import numbered_lines
 from astra_agent.sandbox import Sandbox, SandboxLimits
-from astra_agent.trajectory import Trajectory, jsonl_lines
+from astra_agent.trajectory import Trajectory
 
 FIELDS = ("prompt", "tool_schema", "tool_dict", "sub_qa_dict")
 
@@ -223,9 +224,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     if p.suffix == ".parquet":
         return _read_parquet(p)
     records = []
-    for n, line in enumerate(jsonl_lines(read_text(p, "arena data")), 1):
-        if not line.strip():
-            continue
+    for n, line in numbered_lines(read_text(p, "arena data")):
         try:
             records.append(json.loads(line))
         except (ValueError, RecursionError) as exc:  # huge integers, deep nesting too

@@ -213,6 +213,14 @@ def jsonl_lines(text: str) -> list[str]:
     return [line.removesuffix("\r") for line in text.split("\n")]
 
 
+def numbered_lines(text: str) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of JSONL text with their line numbers (from 1), split as
+    :func:`jsonl_lines` splits."""
+    for n, line in enumerate(jsonl_lines(text), 1):
+        if line.strip():
+            yield n, line
+
+
 def drop_torn_tail(path: str | Path) -> int:
     """Cut a partial last line (a writer killed mid-write) so that the next append starts on a
     line of its own; returns the bytes removed."""

@@ -21,7 +21,7 @@ from astra_agent.model import ModelConfig
 from astra_agent.runio import (
     differing_keys,
     drop_torn_tail,
-    jsonl_lines,
+    numbered_lines,
     probe_writable,
     write_json_atomic,
 )
@@ -103,12 +103,10 @@ def read_results(path: Path, record: type[R]) -> dict[str, R]:
     drop_torn_tail(path)
     done: dict[str, R] = {}
     try:
-        lines = jsonl_lines(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path} is not a results file (not UTF-8 text)") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for n, line in numbered_lines(text):
         try:
             rec = record.model_validate_json(line)
         except ValidationError as exc:

@@ -31,7 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
-from astra_agent.runio import jsonl_lines, read_json_lines, write_lines_atomic, write_text_atomic
+from astra_agent.runio import (
+    numbered_lines,
+    read_json_lines,
+    write_lines_atomic,
+    write_text_atomic,
+)
 from eval.bfcl.backend import decode_step
 from eval.bfcl.checker import TurnVerdict, check_entry
 from eval.bfcl.official import CATEGORIES, Entry, function_docs, load_category, package_dir
@@ -64,12 +69,10 @@ def _read_results(path: Path, category: str) -> list[dict[str, Any]]:
     known = {e.id: len(e.ground_truth) for e in load_category(category)}
     rows: dict[str, dict[str, Any]] = {}
     try:
-        lines = jsonl_lines(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read result file {path}: {exc}") from exc
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for n, line in numbered_lines(text):
         try:
             row = json.loads(line)
         except (ValueError, RecursionError) as exc:
