@@ -114,6 +114,11 @@ def rl_cpu_overrides(processes: int) -> list[str]:
     ]
 
 
+def _no_device_memory(device: Any = None) -> int:
+    """What ``torch.cuda``'s memory counters report on the CPU: no device memory."""
+    return 0
+
+
 class _CPUDeviceModule(ModuleType):
     """``torch.cpu`` plus the ``torch.cuda`` memory calls verl makes on its device module
     (``aggressive_empty_cache`` before every epoch and checkpoint, memory logging), which
@@ -130,21 +135,8 @@ class _CPUDeviceModule(ModuleType):
     def ipc_collect() -> None:
         return None
 
-    @staticmethod
-    def memory_allocated(device: Any = None) -> int:
-        return 0
-
-    @staticmethod
-    def memory_reserved(device: Any = None) -> int:
-        return 0
-
-    @staticmethod
-    def max_memory_allocated(device: Any = None) -> int:
-        return 0
-
-    @staticmethod
-    def max_memory_reserved(device: Any = None) -> int:
-        return 0
+    memory_allocated = memory_reserved = staticmethod(_no_device_memory)
+    max_memory_allocated = max_memory_reserved = staticmethod(_no_device_memory)
 
     @staticmethod
     def mem_get_info(device: Any = None) -> tuple[int, int]:
