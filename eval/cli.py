@@ -87,13 +87,15 @@ def _run_eval(
     overrides: dict[str, Any],
     evaluate: Callable[[C, Callable[[Any], None]], Coroutine[Any, Any, S]],
     score: Callable[[Any], str],
-) -> tuple[C, S]:
-    """An eval's config (flags over ``ASTRA_EVAL_*`` variables) and its run under the progress
-    bar: the config and the summary."""
+    show: Callable[[S], None],
+) -> C:
+    """Load an eval's config (flags over ``ASTRA_EVAL_*`` variables), run the eval under the
+    progress bar and ``show`` its summary; returns the config."""
     cfg = load_config(config, None, overrides, env_prefix=ENV_PREFIX)
     with _progress(label, score) as hook:
         summary = asyncio.run(evaluate(cfg, hook))
-    return cfg, summary
+    show(summary)
+    return cfg
 
 
 def _arena_score(records: list[Any]) -> str:
@@ -123,8 +125,9 @@ def arenas(ctx: typer.Context, *, overrides: dict[str, Any]) -> None:
         raise typer.BadParameter("--data FILE is required (or use `arenas validate FILE`)")
     from eval.arenas.runner import evaluate_arenas
 
-    cfg, summary = _run_eval("arenas", ArenaEvalConfig, overrides, evaluate_arenas, _arena_score)
-    _print_arenas(summary)
+    cfg = _run_eval(
+        "arenas", ArenaEvalConfig, overrides, evaluate_arenas, _arena_score, _print_arenas
+    )
     console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
 
 
@@ -228,8 +231,7 @@ def bfcl(
 
     _set_names(overrides, "categories", categories, "base,miss_func")
     _set_names(overrides, "ids", ids, "multi_turn_base_0")
-    cfg, summary = _run_eval("bfcl", BFCLConfig, overrides, evaluate_bfcl, _bfcl_score)
-    _print_bfcl(summary)
+    cfg = _run_eval("bfcl", BFCLConfig, overrides, evaluate_bfcl, _bfcl_score, _print_bfcl)
     console.print(f"results: {cfg.out}/results.jsonl, summary.json, leaderboard.csv")
 
 
@@ -411,8 +413,7 @@ def tau2(
 
     _set_names(overrides, "domains", domains, "retail,telecom")
     _set_names(overrides, "tasks", tasks, "0,1")
-    cfg, summary = _run_eval("tau2", Tau2Config, overrides, evaluate_tau2, _tau2_score)
-    _print_tau2(summary)
+    cfg = _run_eval("tau2", Tau2Config, overrides, evaluate_tau2, _tau2_score, _print_tau2)
     console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
 
 
