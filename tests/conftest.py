@@ -29,27 +29,6 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ["COLUMNS"] = "300"
 
 
-def descendants_alive(root_pid: int) -> list[int]:
-    """Live processes whose parent chain reaches ``root_pid``."""
-    parents: dict[int, int] = {}
-    states: dict[int, str] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        pid = int(stat.parent.name)
-        parents[pid], states[pid] = int(fields[1]), fields[0]
-    out = []
-    for pid in parents:
-        p = pid
-        while p in parents and p != root_pid and p > 1:
-            p = parents[p]
-        if p == root_pid and pid != root_pid and states[pid] not in ("Z", "X"):
-            out.append(pid)
-    return out
-
-
 def run_module(
     module: str,
     *args: str,

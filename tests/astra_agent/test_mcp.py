@@ -19,7 +19,7 @@ import pytest
 from astra_agent.errors import ConfigError, ServerError
 from astra_agent.mcp_config import load_mcp_config, parse_mcp_config
 from astra_agent.mcp_env import MCPEnvironment, assign_names
-from tests.conftest import descendants_alive
+from training.verl_launch import descendants
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = REPO / ".mcp-servers" / "node_modules" / ".bin"
@@ -291,10 +291,10 @@ async def test_streamable_http_transport() -> None:
 async def test_close_ends_every_child() -> None:
     cfg = parse_mcp_config({"mcpServers": {"a": fixture(), "b": fixture()}})
     e = await MCPEnvironment(cfg).start()
-    assert len(descendants_alive(os.getpid())) >= 2
+    assert len(descendants(os.getpid())) >= 2
     await e.close()
     await asyncio.sleep(0.3)
-    assert descendants_alive(os.getpid()) == []
+    assert descendants(os.getpid()) == []
 
 
 @pytest.mark.integration
@@ -316,7 +316,7 @@ def test_ctrl_c_during_a_hanging_call_cleans_up(tmp_path: Path) -> None:
                             start_new_session=True)  # fmt: skip
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     time.sleep(0.5)
-    kids = descendants_alive(proc.pid)
+    kids = descendants(proc.pid)
     assert kids
     os.kill(proc.pid, signal.SIGINT)  # only the parent: our code must end the children
     proc.wait(timeout=120)  # a bound on a hang, not a speed: machines get busy

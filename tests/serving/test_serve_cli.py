@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from serving.cli import app
-from tests.conftest import descendants_alive, free_port
+from tests.conftest import free_port
+from training.verl_launch import descendants
 
 FAKE_VLLM = Path(__file__).with_name("fake_vllm.py")
 runner = CliRunner()
@@ -110,7 +111,7 @@ def test_up_stops_on_signals_with_exit_0_and_no_process_left(
     try:
         out = _lines(proc.stdout)
         _wait_for(out, "ready", 60)
-        assert len(descendants_alive(proc.pid)) >= 2  # the server and its "engine core"
+        assert len(descendants(proc.pid)) >= 2  # the server and its "engine core"
         proc.send_signal(sig)
         assert proc.wait(timeout=120) == 0  # a bound on a hang, not a speed: machines get busy
         err = proc.stderr.read() if proc.stderr else ""
@@ -119,7 +120,7 @@ def test_up_stops_on_signals_with_exit_0_and_no_process_left(
             proc.kill()
             proc.wait()
     assert "vLLM stopped" in err and "Traceback" not in err, err
-    assert descendants_alive(proc.pid) == []
+    assert descendants(proc.pid) == []
     # start-up showed vLLM's own log lines, not just a spinner
     assert "vllm| fake: loading weights 2/2" in err
 
@@ -132,7 +133,7 @@ def test_up_when_vllm_dies_after_start_is_a_failure(
     try:
         out = _lines(proc.stdout)
         _wait_for(out, "ready", 60)
-        (server_pid,) = [p for p in descendants_alive(proc.pid) if _parent(p) == proc.pid]
+        (server_pid,) = [p for p in descendants(proc.pid) if _parent(p) == proc.pid]
         os.kill(server_pid, signal.SIGKILL)
         assert proc.wait(timeout=120) == 1
     finally:
@@ -152,7 +153,7 @@ def test_up_killed_with_sigkill_takes_vllm_with_it(
     tree: list[int] = []
     try:
         _wait_for(_lines(proc.stdout), "ready", 60)
-        tree = descendants_alive(proc.pid)
+        tree = descendants(proc.pid)
         assert len(tree) >= 2  # the server and its "engine core"
         proc.kill()
         proc.wait()
@@ -193,7 +194,7 @@ def test_up_real_vllm_stops_on_sigterm(tiny_bf16: Path, tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert descendants_alive(proc.pid) == []
+    assert descendants(proc.pid) == []
 
 
 def test_dry_run_prints_a_copy_pasteable_command(

@@ -119,7 +119,8 @@ def test_up_command_serves_until_ctrl_c_and_leaves_nothing(tiny_bf16, tmp_path) 
     import signal
     import time
 
-    from tests.conftest import descendants_alive, free_port
+    from tests.conftest import free_port
+    from training.verl_launch import descendants
 
     port = free_port()
     proc = subprocess.Popen(
@@ -140,7 +141,7 @@ def test_up_command_serves_until_ctrl_c_and_leaves_nothing(tiny_bf16, tmp_path) 
             break
     assert any(f"http://127.0.0.1:{port}/v1" in x for x in seen), "".join(seen)
     assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).status_code == 200
-    children = descendants_alive(proc.pid)
+    children = descendants(proc.pid)
     assert len(children) >= 2  # vLLM and its engine process
     os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground process
     assert proc.wait(timeout=60) in (0, 130)

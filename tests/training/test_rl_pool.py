@@ -17,8 +17,8 @@ from astra_agent.episode import EpisodeLimits, run_episode
 from astra_agent.errors import ConfigError
 from astra_agent.model import ModelTurn, ToolCall
 from astra_agent.sandbox import SandboxLimits, bwrap_available
-from tests.conftest import descendants_alive
 from training.rl.pool import PoolStats, SandboxPool, SandboxPoolError, sources_digest
+from training.verl_launch import descendants
 
 pytestmark = [
     pytest.mark.integration,
@@ -84,7 +84,7 @@ async def call(env: ArenaEnvironment, name: str, **args: Any) -> Any:
 def ours(before: set[int]) -> list[int]:
     """This test's live descendants: those that were not already running when it started
     (session fixtures of the whole suite, e.g. a vLLM server, are descendants too)."""
-    return [p for p in descendants_alive(os.getpid()) if p not in before]
+    return [p for p in descendants(os.getpid()) if p not in before]
 
 
 async def no_descendants(before: set[int], timeout_s: float = 5.0) -> None:
@@ -279,7 +279,7 @@ async def test_a_tool_that_fails_to_load_leaves_the_others_working() -> None:
 
 
 async def test_closing_leaves_no_process_behind() -> None:
-    before = set(descendants_alive(os.getpid()))
+    before = set(descendants(os.getpid()))
     tasks = [make_task({"echo": ECHO + f"# {i}\n"}, f"t{i}") for i in range(3)]
     pool = SandboxPool(LIMITS)
     async with pool:
@@ -300,7 +300,7 @@ async def test_closing_leaves_no_process_behind() -> None:
 
 
 async def test_cancellation_leaves_no_process_behind() -> None:
-    before = set(descendants_alive(os.getpid()))
+    before = set(descendants(os.getpid()))
     tasks = [make_task({"hang": FAULTS["hang"][0], "echo": ECHO + f"# {i}\n"}) for i in range(4)]
 
     async def rollouts() -> None:

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import descendants_alive
 from tests.training.e2e import RLStart, Stages, cli, serve_and_score
+from training.verl_launch import descendants
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -100,7 +100,7 @@ def _kill_at_first_checkpoint(config: Path, run: Path, log: Path) -> dict[str, A
         assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
         assert time.monotonic() < deadline, f"no checkpoint in 900 s: {log}"
         time.sleep(0.5)
-    family = descendants_alive(proc.pid)
+    family = descendants(proc.pid)
     names = " ".join(_cmdline(p) for p in family)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
