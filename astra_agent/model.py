@@ -69,6 +69,7 @@ __all__ = [
     "reasoning_field",
     "recover",
     "recover_tool_calls",
+    "retry_delay",
 ]
 
 log = logging.getLogger(__name__)
@@ -190,6 +191,35 @@ class EndpointError(ServerError):
         self.status_code = status_code
 
 
+class RetrySettings(Protocol):
+    """How a client of an endpoint retries (:class:`ModelConfig`'s fields)."""
+
+    @property
+    def max_retries(self) -> int: ...
+    @property
+    def connect_retry_s(self) -> float: ...
+    @property
+    def retry_backoff_s(self) -> float: ...
+
+
+def retry_delay(
+    s: RetrySettings, kind: FailureKind, retryable: bool, attempt: int, elapsed: float
+) -> float | None:
+    """Seconds before the next try of a request that failed (``kind``; attempt ``attempt``,
+    ``elapsed`` seconds after the first), or None to give up: never after ``max_retries``
+    retries; a refused connection every quarter of ``connect_retry_s`` until that has passed;
+    another failure, where ``retryable``, after an exponential backoff from
+    ``retry_backoff_s`` with jitter (×0.5–1.5)."""
+    if attempt >= s.max_retries:
+        return None
+    if kind == "unreachable":
+        step = s.connect_retry_s / 4
+        return step if elapsed + step <= s.connect_retry_s else None
+    if not retryable:
+        return None
+    return float(s.retry_backoff_s * 2**attempt * (0.5 + random.random()))
+
+
 class ChatModel(Model):
     """Async client for an OpenAI-compatible chat endpoint (vLLM first), over
     :class:`~astra_agent.http_client.JSONClient`.
@@ -290,19 +320,13 @@ class ChatModel(Model):
     ) -> float | None:
         """Seconds before the next try, or None to give up. A refused connection is retried
         for ``connect_retry_s`` only; the start-up check's timeout is not retried."""
-        c, kind = self.config, exc.kind
-        if attempt >= c.max_retries:
-            return None
-        if kind == "unreachable":
-            step = c.connect_retry_s / 4
-            return step if elapsed + step <= c.connect_retry_s else None
+        kind = exc.kind
         if kind == "status":
             code = exc.status or 0
-            if not (code == 429 or code >= 500):
-                return None
-        elif kind == "other" or (kind == "timeout" and probe):
-            return None
-        return float(c.retry_backoff_s * 2**attempt * (0.5 + random.random()))
+            retryable = code == 429 or code >= 500
+        else:
+            retryable = not (kind == "other" or (kind == "timeout" and probe))
+        return retry_delay(self.config, kind, retryable, attempt, elapsed)
 
     def _error(self, exc: HTTPFailure, probe: bool) -> EndpointError:
         url = self.config.base_url

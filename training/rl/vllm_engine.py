@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import random
 import socket
 import time
 from pathlib import Path
@@ -39,7 +38,7 @@ from typing import Any, Self
 import httpx
 
 from astra_agent.errors import CheckpointError, ConfigError, ServerError
-from astra_agent.model import EndpointError
+from astra_agent.model import EndpointError, retry_delay
 from astra_agent.trajectory import FailureKind
 from serving.checkpoint import HFCheckpoint, open_hf_checkpoint
 from serving.server import (
@@ -172,18 +171,12 @@ class VLLMGenerator:
         self, error: Failure, kind: FailureKind, attempt: int, elapsed: float
     ) -> float | None:
         """Seconds before the next try, or None to give up."""
-        if attempt >= self.max_retries:
-            return None
-        if kind == "unreachable":
-            step = self.connect_retry_s / 4
-            return step if elapsed + step <= self.connect_retry_s else None
         if kind == "status":
             assert isinstance(error, httpx.Response)
-            if error.status_code not in RETRY_STATUS:
-                return None
-        elif kind != "dropped":  # a timeout already took request_timeout_s: not again
-            return None
-        return float(self.retry_backoff_s * 2**attempt * (0.5 + random.random()))
+            retryable = error.status_code in RETRY_STATUS
+        else:  # a timeout already took request_timeout_s: not again
+            retryable = kind == "dropped"
+        return retry_delay(self, kind, retryable, attempt, elapsed)
 
     async def aclose(self) -> None:
         """Close the connection pool (of the running loop; others are dropped). Idempotent."""
