@@ -31,6 +31,7 @@ from training.synth.stage import JOURNAL
 
 ARENA_TRAIN = DATA_DIR / "train.jsonl"
 ARENA_HELDOUT = DATA_DIR / "heldout.jsonl"
+RECIPES = Path(__file__).resolve().parents[2] / "training" / "recipes"  # the shipped recipes
 
 
 def kill_stage_midway(args: list[str], out: Path, at_least: int, units: int, torn: str) -> int:

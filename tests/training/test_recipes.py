@@ -10,10 +10,10 @@ from typing import TypeVar
 import pytest
 
 from astra_agent.config import load_config, read_mapping
+from tests.training.conftest import RECIPES
 from training.rl.config import RLConfig
 from training.sft.config import SFTConfig
 
-RECIPES = Path(__file__).resolve().parents[2] / "training" / "recipes"
 SHIPPED = sorted(RECIPES.glob("sft-*.yaml"))
 RL_SHIPPED = sorted(RECIPES.glob("rl-*.yaml"))
 C = TypeVar("C", RLConfig, SFTConfig)

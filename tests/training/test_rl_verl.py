@@ -45,9 +45,8 @@ from training.rl.verl import (
 )
 from training.template import load_tokenizer
 
-from .conftest import ARENA_HELDOUT, ARENA_TRAIN
+from .conftest import ARENA_HELDOUT, ARENA_TRAIN, RECIPES
 
-RECIPES = Path(__file__).resolve().parents[2] / "training" / "recipes"
 RL_RECIPES = sorted(RECIPES.glob("rl-*.yaml"))
 
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="arena sandboxes need bubblewrap")

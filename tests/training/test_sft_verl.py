@@ -25,6 +25,7 @@ import torch
 
 from astra_agent.config import load_config
 from astra_agent.errors import AstraError, ConfigError
+from tests.training.conftest import RECIPES
 from training.sft.config import SFTConfig
 from training.sft.verl import (
     compose_verl_config,
@@ -35,7 +36,6 @@ from training.sft.verl import (
 from training.sft.verl_dataset import AstraSFTDataset
 from training.template import load_tokenizer, tokenize
 
-RECIPES = Path(__file__).resolve().parents[2] / "training" / "recipes"
 VERL_RECIPES = sorted(RECIPES.glob("sft-astra-*.yaml"))
 
 TOOLS = [
