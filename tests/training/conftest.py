@@ -77,6 +77,22 @@ def resume_killed_stage(
     return stats, len(srv.requests) - before
 
 
+def check_verl_resume(
+    prepare: Callable[[Any], Any], make_cfg: Callable[..., Any], tmp_path: Path, iteration: str
+) -> None:
+    """A verl job (SFT or RL: ``prepare(make_cfg(tmp_path, **changes))``) beside a checkpoint
+    of iteration ``iteration`` resumes it under a config that differs only outside the
+    fingerprint; another config is refused, unless told to start over."""
+    prepare(make_cfg(tmp_path))
+    ckpt = tmp_path / "out" / "checkpoints"
+    ckpt.mkdir()
+    (ckpt / "latest_checkpointed_iteration.txt").write_text(iteration)
+    prepare(make_cfg(tmp_path, save_steps=7))  # not in the fingerprint: fine
+    with pytest.raises(ConfigError, match="different config"):
+        prepare(make_cfg(tmp_path, learning_rate=1e-4))
+    prepare(make_cfg(tmp_path, learning_rate=1e-4, resume=False))  # start over: fine
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tiny_fp32: Path) -> Path:
     """A checkpoint dir holding the tiny tokenizer and the serving chat template."""

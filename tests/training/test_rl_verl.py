@@ -45,7 +45,7 @@ from training.rl.verl import (
 )
 from training.template import load_tokenizer
 
-from .conftest import ARENA_HELDOUT, ARENA_TRAIN, RECIPES
+from .conftest import ARENA_HELDOUT, ARENA_TRAIN, RECIPES, check_verl_resume
 
 RL_RECIPES = sorted(RECIPES.glob("rl-*.yaml"))
 
@@ -594,14 +594,7 @@ def test_run_true_without_gpus_fails_up_front(tmp_path: Path) -> None:
 
 
 def test_resuming_into_a_run_of_another_config_is_refused(tmp_path: Path) -> None:
-    prepare_verl(make_cfg(tmp_path))
-    ckpt = tmp_path / "out" / "checkpoints"
-    ckpt.mkdir()
-    (ckpt / "latest_checkpointed_iteration.txt").write_text("3")
-    prepare_verl(make_cfg(tmp_path, save_steps=7))  # not in the fingerprint: fine
-    with pytest.raises(ConfigError, match="different config"):
-        prepare_verl(make_cfg(tmp_path, learning_rate=1e-4))
-    prepare_verl(make_cfg(tmp_path, learning_rate=1e-4, resume=False))
+    check_verl_resume(prepare_verl, make_cfg, tmp_path, "3")
 
 
 def test_reward_of_the_reference_chain_matches_arena_reward(task: Any) -> None:

@@ -25,7 +25,7 @@ import torch
 
 from astra_agent.config import load_config
 from astra_agent.errors import AstraError, ConfigError
-from tests.training.conftest import RECIPES
+from tests.training.conftest import RECIPES, check_verl_resume
 from training.sft.config import SFTConfig
 from training.sft.verl import (
     compose_verl_config,
@@ -355,14 +355,7 @@ def test_run_true_without_gpus_fails_up_front(tmp_path: Path, tiny_tokenizer_dir
 
 
 def test_resuming_into_a_run_of_another_config_is_refused(tmp_path: Path) -> None:
-    prepare_verl(make_cfg(tmp_path))
-    ckpt = tmp_path / "out" / "checkpoints"
-    ckpt.mkdir()
-    (ckpt / "latest_checkpointed_iteration.txt").write_text("5")
-    prepare_verl(make_cfg(tmp_path, save_steps=7))  # not in the fingerprint: fine
-    with pytest.raises(ConfigError, match="different config"):
-        prepare_verl(make_cfg(tmp_path, learning_rate=1e-4))
-    prepare_verl(make_cfg(tmp_path, learning_rate=1e-4, resume=False))  # start over: fine
+    check_verl_resume(prepare_verl, make_cfg, tmp_path, "5")
 
 
 # --------------------------------------------------------------------------- launch.sh
