@@ -188,10 +188,17 @@ def compile_schema(schema: Any) -> _Compiled:
 def _known(spec: ToolSpec) -> _Compiled | None:
     """The validator of ``spec`` if its schema was compiled already (for this spec object or
     another with the same schema: an episode's specs are new objects), else None."""
+    known = _by_id(spec)
+    return known if known is not None else _by_schema(spec, _schema_key(spec))
+
+
+def _by_id(spec: ToolSpec) -> _Compiled | None:
     hit = _VALIDATORS.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    compiled = _COMPILED.get(_schema_key(spec))
+    return hit[1] if hit is not None and hit[0] is spec else None
+
+
+def _by_schema(spec: ToolSpec, key: str) -> _Compiled | None:
+    compiled = _COMPILED.get(key)
     if compiled is not None:
         _remember(spec, compiled)
     return compiled
@@ -208,13 +215,17 @@ def _remember(spec: ToolSpec, compiled: _Compiled) -> None:
 
 
 def _compiled(spec: ToolSpec) -> _Compiled:
-    known = _known(spec)
+    known = _by_id(spec)
+    if known is not None:
+        return known
+    key = _schema_key(spec)  # made once, for the look-up and the store
+    known = _by_schema(spec, key)
     if known is not None:
         return known
     compiled = compile_schema(spec.parameters)
     if len(_COMPILED) > 10_000:
         _COMPILED.clear()
-    _COMPILED[_schema_key(spec)] = compiled
+    _COMPILED[key] = compiled
     _remember(spec, compiled)
     return compiled
 
