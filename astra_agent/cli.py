@@ -87,8 +87,16 @@ def summary_table(traj: Trajectory) -> Table:
     )
     t.add_row("steps", str(traj.steps))
     counts = traj.counts()
+    counts.pop("answer_in_reasoning", None)
     calls = ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "none"
     t.add_row("tool calls", f"{len(traj.events)} ({calls})")
+    if traj.answers_in_reasoning:
+        t.add_row(
+            "answer",
+            f"[yellow]found only in reasoning[/] ({traj.answers_in_reasoning} repl"
+            f"{'y' if traj.answers_in_reasoning == 1 else 'ies'}): a model that does not think, "
+            "served with a reasoning parser? (astra-serve up --profile instruct-cpu)",
+        )
     t.add_row(
         "tokens", f"{traj.usage.prompt_tokens} prompt + {traj.usage.completion_tokens} completion"
     )

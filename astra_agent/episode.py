@@ -214,6 +214,7 @@ async def run_episode(
         traj.usage.prompt_tokens += turn.prompt_tokens
         traj.usage.completion_tokens += turn.completion_tokens
         traj.recovered_calls += turn.recovered
+        traj.answers_in_reasoning += turn.answer_in_reasoning
         traj.messages.append(turn.to_message())
         if on_turn:
             await _maybe_await(on_turn(turn))

@@ -17,6 +17,9 @@ module joins them, with the retries and the error messages. ChatModel:
 * recovers ``<tool_call>{…}</tool_call>`` blocks that the server's parser left in ``content``
   or in the reasoning as calls (a malformed one becomes a call whose arguments fail to parse,
   so the model is told) and counts them, never silently losing one (``recover_calls``);
+* takes a finished reply whose only text came back as reasoning (a model that does not think,
+  served with a reasoning parser) as the answer, and marks the turn so that the trajectory
+  counts it (``answer_in_reasoning``); with ``recover_calls`` off it is marked, not moved;
 * retries with exponential backoff on 429, 5xx and dropped connections; a refused connection
   is retried for about a second, then reported with what to do; the start-up check
   (``check_model``, also run by ``async with``) has a short timeout of its own, so that a port
@@ -43,6 +46,7 @@ from astra_agent.errors import ConfigError, ServerError
 from astra_agent.http_client import BodyEncoder, HTTPFailure, JSONClient, NotJSON
 from astra_agent.reply import (
     DeltaHook,
+    answer_from_reasoning,
     ModelTurn,
     ToolCall,
     collect_stream,
@@ -416,7 +420,7 @@ class ChatModel(Model):
                 f"({type(exc).__name__}: {str(exc)[:200]})"
             ) from exc
         turn.latency_s = time.monotonic() - t0
-        return recover(turn) if self.config.recover_calls else turn
+        return recover(turn) if self.config.recover_calls else answer_from_reasoning(turn, False)
 
     async def close(self) -> None:
         await self._http.close()

@@ -55,6 +55,7 @@ class ModelTurn:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     recovered: int = 0
+    answer_in_reasoning: bool = False  # the answer came as reasoning (see only_in_reasoning)
     latency_s: float = 0.0
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -242,8 +243,32 @@ async def collect_stream(events: AsyncIterator[Any], on_delta: DeltaHook) -> Mod
     return turn
 
 
+def only_in_reasoning(content: str, reasoning: str, calls: int, finish: str | None) -> bool:
+    """A finished reply whose answer can only be found in its reasoning: no content, no call,
+    reasoning text, stopped (not cut off). vLLM's ``qwen3`` reasoning parser returns exactly
+    this for a model that does not think (all text before a ``</think>`` that never comes is
+    reasoning): serve such a model without a reasoning parser (profile ``instruct-cpu``)."""
+    return not content.strip() and not calls and bool(reasoning.strip()) and finish == "stop"
+
+
+def answer_from_reasoning(turn: ModelTurn, take: bool) -> ModelTurn:
+    """Mark a turn whose answer is only in its reasoning (:func:`only_in_reasoning`), and with
+    ``take`` move that text to its content: the answer reaches the user, and the trajectory
+    and its counts say where it was found (``answer_in_reasoning``)."""
+    if only_in_reasoning(turn.content, turn.reasoning, len(turn.tool_calls), turn.finish_reason):
+        turn.answer_in_reasoning = True
+        if take:
+            log.warning(
+                "the answer came back as reasoning, with no content: is a model that does "
+                "not think served with a reasoning parser? (taken as the answer, counted)"
+            )
+            turn.content, turn.reasoning = turn.reasoning.strip(), ""
+    return turn
+
+
 def recover(turn: ModelTurn) -> ModelTurn:
-    """Recover calls the server's parsers missed, from content first, then from reasoning."""
+    """Recover calls the server's parsers missed, from content first, then from reasoning,
+    and an answer that came back only as reasoning (:func:`answer_from_reasoning`)."""
     if turn.tool_calls:
         return turn
     content, calls = recover_tool_calls(turn.content)
@@ -258,4 +283,5 @@ def recover(turn: ModelTurn) -> ModelTurn:
         turn.tool_calls, turn.recovered = calls, len(calls)
         if turn.finish_reason == "stop":
             turn.finish_reason = "tool_calls"
-    return turn
+        return turn
+    return answer_from_reasoning(turn, take=True)

@@ -144,6 +144,8 @@ class Trajectory(BaseModel):
     tool_changes: list[ToolChange] = Field(default_factory=list)
     events: list[CallEvent] = Field(default_factory=list)
     recovered_calls: int = 0
+    # replies whose answer came back only as reasoning (astra_agent.reply.only_in_reasoning)
+    answers_in_reasoning: int = 0
     metadata: dict[str, Any] = Field(default_factory=dict)
     tokens: TokenRecord | None = None  # set by a token-level policy (RL rollouts)
 
@@ -177,12 +179,14 @@ class Trajectory(BaseModel):
             self.tool_changes.append(change)
 
     def counts(self) -> dict[str, int]:
-        """Tool-call events by status, plus recoveries."""
+        """Tool-call events by status, plus recoveries and answers found only as reasoning."""
         out: dict[str, int] = {}
         for e in self.events:
             out[e.status] = out.get(e.status, 0) + 1
         if self.recovered_calls:
             out["recovered"] = self.recovered_calls
+        if self.answers_in_reasoning:
+            out["answer_in_reasoning"] = self.answers_in_reasoning
         return out
 
     def to_json_line(self) -> str:

@@ -2,7 +2,9 @@
 
 Works against any deployment: our own ``astra-serve up``, or a user's remote vLLM. Tags left in
 ``content`` (``<tool_call>``, ``<think>``) mean the server runs without the tool-call or
-reasoning parser, which breaks every client: that is a failure, not a warning.
+reasoning parser, which breaks every client: that is a failure, not a warning. So is the
+opposite: a finished answer that came back only as reasoning, content empty (a model that does
+not think, served with a reasoning parser).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from astra_agent.errors import ServerError
 from astra_agent.model import ModelConfig, reasoning_field
+from astra_agent.reply import only_in_reasoning
 
 CHECK_TOOL = {
     "type": "function",
@@ -147,7 +150,19 @@ def _judge(kind: str, reply: Reply) -> list[Check]:
     else:
         why = f"the model called no tool (finish_reason={reply.finish_reason})"
         out.append(Check(f"{kind}: structured tool_calls", None, why))
-    if reply.reasoning_field:
+    calls = len(reply.tool_calls)
+    if only_in_reasoning(reply.content, reply.reasoning, calls, reply.finish_reason):
+        out.append(
+            Check(
+                f"{kind}: structured reasoning",
+                False,
+                f"the whole answer came back in `{reply.reasoning_field}`, content empty "
+                f"({reply.reasoning[:60]!r}): the model does not think, but the server parses "
+                "reasoning; serve it without a reasoning parser (astra-serve up --profile "
+                "instruct-cpu, or reasoning_parser: null) or with enable_thinking: false",
+            )
+        )
+    elif reply.reasoning_field:
         out.append(
             Check(
                 f"{kind}: structured reasoning",

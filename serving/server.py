@@ -58,6 +58,19 @@ class ServeConfig(BaseModel):
     )
     enforce_eager: bool = False
     enable_prefix_caching: bool = True
+    reasoning_parser: str | None = Field(
+        "qwen3",
+        description="vLLM's reasoning parser: qwen3 (text up to </think> is reasoning) for "
+        "models that think; null for models that never do (SmolLM2 and other instruct "
+        "models): with qwen3 their whole answer would land in `reasoning`",
+    )
+    enable_thinking: bool | None = Field(
+        None,
+        description="the server's default for Qwen3's enable_thinking (vLLM's "
+        "--default-chat-template-kwargs): false renders an empty <think></think> into the "
+        "prompt and parses the reply as content, a request may still ask for thinking with "
+        "chat_template_kwargs; null leaves the template's own default",
+    )
     api_key: str | None = None
     cpu_kvcache_space_gib: int | None = Field(None, ge=1)
     startup_timeout_s: float = Field(600.0, gt=0, description="seconds vLLM may take to start")
@@ -170,12 +183,15 @@ def vllm_command(cfg: ServeConfig, python: str) -> list[str]:
         "--enable-auto-tool-choice",
         "--tool-call-parser",
         "hermes",
-        "--reasoning-parser",
-        "qwen3",
         "--enable-prefix-caching" if cfg.enable_prefix_caching else "--no-enable-prefix-caching",
         "--generation-config",
         "auto",
     ]
+    if cfg.reasoning_parser:
+        cmd += ["--reasoning-parser", cfg.reasoning_parser]
+    if cfg.enable_thinking is not None:
+        kwargs = {"enable_thinking": cfg.enable_thinking}
+        cmd += ["--default-chat-template-kwargs", json.dumps(kwargs)]
     if gpu_count() > 0:
         cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
     if cfg.enforce_eager:

@@ -181,6 +181,56 @@ async def test_calls_left_in_content_are_recovered_malformed_one_reported(
     assert len(traj.messages[1]["tool_calls"]) == 2
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_answer_only_in_reasoning_is_taken_and_counted(
+    server: ScriptedServer, stream: bool
+) -> None:
+    """vLLM's qwen3 parser on a model that does not think: the answer as reasoning, content
+    empty. It reaches the user as the answer, and the trajectory says where it was found."""
+    replies = [Reply(reasoning="The capital of France is Paris.", content=None)]
+    server.set_script(replies)
+    model = model_for(server)
+    seen: list[tuple[str, str]] = []
+    on_delta = (lambda k, t: seen.append((k, t))) if stream else None
+    try:
+        task = [{"role": "user", "content": "capital?"}]
+        traj = await run_episode(model, make_env(), task, on_delta=on_delta)
+    finally:
+        await model.close()
+    assert traj.termination == "stop"
+    assert traj.final_answer == "The capital of France is Paris."
+    assert "reasoning_content" not in traj.messages[-1]
+    assert traj.answers_in_reasoning == 1 and traj.counts() == {"answer_in_reasoning": 1}
+    shown = "".join(t for k, t in seen if k == "reasoning")  # streamed as it came: reasoning
+    assert shown == ("The capital of France is Paris." if stream else "")
+    again = Trajectory.model_validate_json(traj.to_json_line())
+    assert again.answers_in_reasoning == 1
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(reasoning="thinking", content="the answer"),  # a thinking model's normal reply
+        Reply(reasoning="thinking …", content=None, finish_reason="length"),  # cut off
+        Reply(reasoning="let me", tool_calls=[("add", '{"a": 1, "b": 1}')]),
+    ],
+)
+async def test_reasoning_beside_an_answer_a_call_or_a_cut_is_left_as_it_is(
+    server: ScriptedServer, reply: Reply
+) -> None:
+    traj = await episode(server, [reply, Reply(content="2")])
+    assert traj.answers_in_reasoning == 0
+    assert traj.messages[1]["reasoning_content"] == reply.reasoning
+
+
+async def test_without_recovery_an_answer_in_reasoning_is_counted_not_moved(
+    server: ScriptedServer,
+) -> None:
+    traj = await episode(server, [Reply(reasoning="Paris.", content=None)], recover_calls=False)
+    assert traj.answers_in_reasoning == 1
+    assert traj.messages[1]["content"] == "" and traj.messages[1]["reasoning_content"] == "Paris."
+
+
 async def test_finish_reason_length_ends_the_episode(server: ScriptedServer) -> None:
     traj = await episode(server, [Reply(content="aaaa", finish_reason="length")])
     assert traj.termination == "length"

@@ -240,6 +240,19 @@ def test_check_honours_astra_base_url_and_sends_the_agent_sampling() -> None:
     assert sent["temperature"] == 0.6 and sent["top_p"] == 0.95 and sent["top_k"] == 20
 
 
+@pytest.mark.integration
+def test_check_fails_when_the_answer_lands_in_reasoning() -> None:
+    """What vLLM's qwen3 parser returns for a model that does not think: the answer as
+    reasoning, content empty. That is a failure, not "structured reasoning: pass"."""
+    reply = Reply(reasoning="The time in UTC is noon.", content=None)
+    with ScriptedServer(lambda _: reply) as srv:
+        result = runner.invoke(app, ["check"], env={"ASTRA_BASE_URL": srv.base_url})
+    assert result.exit_code == 1, result.output
+    out = flat(result.stdout)
+    assert "structured reasoning" in out and "FAIL" in out
+    assert "the whole answer came back in `reasoning`" in out and "instruct-cpu" in out
+
+
 def test_check_connection_refused_says_what_to_do() -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     t0 = time.monotonic()

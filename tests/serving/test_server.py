@@ -30,14 +30,34 @@ from tests.conftest import free_port, tiny_serve_config
 def test_every_shipped_profile_is_valid(name: str) -> None:
     cfg = load_serve_config(name, model=Path("/m"))
     assert isinstance(cfg, ServeConfig)
-    assert cfg.generation == {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0}
+    thinks = cfg.reasoning_parser == "qwen3" and cfg.enable_thinking is not False
+    if thinks:  # Qwen3's thinking-mode sampling
+        assert cfg.generation == {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0}
+    else:
+        assert cfg.generation and cfg.generation["temperature"] != 0.6
     if name.startswith("astra-"):
         assert cfg.tensor_parallel_size == "auto" and cfg.max_model_len >= 32768
         assert cfg.served_model_name.startswith("ASTRA-")
 
 
 def test_profiles_exist() -> None:
-    assert {"tiny-cpu", "astra-14b", "astra-32b"} <= set(profile_names())
+    assert {"tiny-cpu", "instruct-cpu", "astra-14b", "astra-14b-nothink", "astra-32b"} <= set(
+        profile_names()
+    )
+
+
+def test_profiles_decide_how_replies_parse() -> None:
+    """A model that never thinks is served without a reasoning parser (its answer would land
+    in `reasoning`); ASTRA with thinking off keeps the parser and sets the template's default."""
+    plain = " ".join(vllm_command(load_serve_config("instruct-cpu", model=Path("/m")), "py"))
+    assert "--reasoning-parser" not in plain and "--default-chat-template-kwargs" not in plain
+    assert "--tool-call-parser hermes" in plain
+    nothink = vllm_command(load_serve_config("astra-14b-nothink", model=Path("/m")), "py")
+    assert nothink[nothink.index("--reasoning-parser") + 1] == "qwen3"
+    kwargs = nothink[nothink.index("--default-chat-template-kwargs") + 1]
+    assert kwargs == '{"enable_thinking": false}'
+    thinking = vllm_command(load_serve_config("astra-14b", model=Path("/m")), "py")
+    assert "--default-chat-template-kwargs" not in thinking
 
 
 def test_unknown_profile_and_bad_values() -> None:
