@@ -46,9 +46,9 @@ from astra_agent.errors import ConfigError, ServerError
 from astra_agent.http_client import BodyEncoder, HTTPFailure, JSONClient, NotJSON
 from astra_agent.reply import (
     DeltaHook,
-    answer_from_reasoning,
     ModelTurn,
     ToolCall,
+    answer_from_reasoning,
     collect_stream,
     prepare_messages,
     reasoning_field,
