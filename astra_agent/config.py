@@ -44,6 +44,12 @@ def read_text(path: str | Path, what: str = "file") -> str:
         raise ConfigError(f"cannot read {p}: {exc.strerror or exc}") from None
 
 
+def astra_home() -> Path:
+    """Where the harness keeps its state: logs, the demo, bundled models (``$ASTRA_HOME``,
+    default ``~/.cache/astra``)."""
+    return Path(os.environ.get("ASTRA_HOME", Path.home() / ".cache" / "astra"))
+
+
 def check_writable(path: str | Path, what: str, *, kind: Literal["file", "dir"] = "file") -> Path:
     """Fail now, before any work, if ``path`` cannot be written later: an existing file that
     cannot be opened for appending, a directory in its place, or no writable directory to

@@ -10,7 +10,6 @@ the :mod:`serving` package docstring names for it.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from collections import deque
@@ -27,7 +26,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from astra_agent.config import check_writable, deep_merge, load_config
+from astra_agent.config import astra_home, check_writable, deep_merge, load_config
 from astra_agent.console import cli_errors, console, err_console
 from astra_agent.errors import ServerError
 from astra_agent.model import ModelConfig
@@ -55,10 +54,6 @@ app = typer.Typer(
 
 
 common_callback(app, "astra-serve")
-
-
-def _home() -> Path:
-    return Path(os.environ.get("ASTRA_HOME", Path.home() / ".cache" / "astra"))
 
 
 @app.command()
@@ -145,6 +140,54 @@ def convert(
     console.print(
         f"wrote {result.dst}: {result.tensors} tensors in {result.shards} shard(s), "
         f"{result.bytes_written / 1e9:.2f} GB {dtype} (from {result.source_kind}), verified"
+    )
+
+
+@app.command("import-gguf")
+@cli_errors
+def import_gguf(
+    src: Annotated[
+        str, typer.Argument(help="A .gguf file, or `smollm2` (the model set-up unpacked).")
+    ],
+    dst: Annotated[Path, typer.Argument(help="Output directory (must not exist).")],
+    dtype: Annotated[str, typer.Option(help="bfloat16 or float32.")] = "bfloat16",
+    chat_template: Annotated[
+        str,
+        typer.Option(
+            help="auto (the model's own if it renders tools, else the harness's), harness, own."
+        ),
+    ] = "auto",
+    max_shard_size: Annotated[str, typer.Option(help="Largest output shard.")] = "5GB",
+    overwrite: Annotated[bool, typer.Option(help="Replace DST if it exists.")] = False,
+) -> None:
+    """Turn a GGUF checkpoint into a Hugging Face directory every command takes, verified.
+
+    Dequantizes the weights (llama, qwen2, qwen3, mistral … as transformers reads them), sets
+    the end of a turn (<|im_end|>) as eos in the tokenizer, config and generation config, and
+    gives a model whose template cannot render tools the harness's. Serve a model that does
+    not think with --profile instruct-cpu.
+
+    Example: astra-serve import-gguf smollm2 ./smollm2 && astra-serve up --model ./smollm2
+    --profile instruct-cpu
+    """
+    from serving.gguf import import_gguf as run_import
+
+    with err_console.status("importing") as status:
+        result = run_import(
+            src,
+            dst,
+            dtype=dtype,
+            chat_template=chat_template,
+            max_shard_size=max_shard_size,
+            overwrite=overwrite,
+            progress=lambda what: status.update(what),
+        )
+    info = result.info
+    console.print(
+        f"wrote {result.dst}: {info.name} ({info.architecture}, {info.parameters / 1e6:.1f} M "
+        f"parameters), {result.bytes_written / 1e9:.2f} GB {result.dtype}, eos "
+        f"{result.eos_token}, {result.template} chat template, verified",
+        highlight=False,
     )
 
 
@@ -323,4 +366,4 @@ def demo(
     """
     from serving.demo import run_demo
 
-    run_demo(workdir or _home() / "demo", port)
+    run_demo(workdir or astra_home() / "demo", port)

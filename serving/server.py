@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from astra_agent.config import load_config
+from astra_agent.config import astra_home, load_config
 from astra_agent.errors import ConfigError, ServerError
 
 if TYPE_CHECKING:
@@ -312,8 +312,7 @@ class VLLMServer:
         host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::") else cfg.host
         host = f"[{host}]" if ":" in host else host
         self.base_url = f"http://{host}:{cfg.port}/v1"
-        log_dir = Path(os.environ.get("ASTRA_HOME", Path.home() / ".cache" / "astra")) / "logs"
-        self.log_file = cfg.log_file or log_dir / f"vllm-{cfg.port}.log"
+        self.log_file = cfg.log_file or astra_home() / "logs" / f"vllm-{cfg.port}.log"
         self.warnings: list[str] = []  # filled by preflight(): things to tell the user
         self.stop_now = threading.Event()  # set: stop() skips the grace period (a 2nd Ctrl-C)
 
