@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # subprocesses), a test module at a time on one worker, in the order tests/conftest.py sets.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup setup-system setup-main setup-serve setup-mcp setup-bfcl setup-models test lint typecheck demo clean bench bench-bfcl
+.PHONY: setup setup-system setup-main setup-serve setup-mcp setup-bfcl setup-models test lint typecheck demo demo-real clean bench bench-bfcl
 
 setup: setup-system setup-main setup-serve setup-mcp setup-bfcl setup-models
 
@@ -62,6 +62,10 @@ test:
 
 demo: setup
 	$(VENV)/bin/astra-serve demo
+
+# The same path with a real model (SmolLM2-135M-Instruct from its PyPI wheel): its own answers.
+demo-real: setup
+	$(VENV)/bin/astra-serve demo --real
 
 bench-bfcl: setup
 	$(VENV)/bin/python bench/bfcl_harness.py

@@ -359,11 +359,22 @@ def profiles() -> None:
 def demo(
     workdir: Annotated[Path | None, typer.Option(help="Default: $ASTRA_HOME/demo.")] = None,
     port: Annotated[int, typer.Option()] = 8011,
+    real: Annotated[
+        bool,
+        typer.Option(
+            "--real",
+            help="A real model instead of the canned tiny one: SmolLM2-135M-Instruct, imported "
+            "from the GGUF file `make setup` unpacked, served with --profile instruct-cpu.",
+        ),
+    ] = False,
 ) -> None:
     """The main job: tiny checkpoint → bf16 → vLLM on CPU → `astra-agent run` with mcp-server-time.
 
-    Example: astra-serve demo   (what `make demo` runs)
+    The tiny checkpoint's answers are canned (deterministic); --real runs the same path with a
+    real 135M chat model, whose answers are its own.
+
+    Example: astra-serve demo   (what `make demo` runs); astra-serve demo --real (make demo-real)
     """
     from serving.demo import run_demo
 
-    run_demo(workdir or astra_home() / "demo", port)
+    run_demo(workdir or astra_home() / "demo", port, real=real)

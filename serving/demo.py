@@ -1,5 +1,7 @@
 """The README's first command: tiny checkpoint → bf16 → vLLM on CPU → `astra-agent run` with a
-real MCP server (mcp-server-time)."""
+real MCP server (mcp-server-time); with ``real=True`` the same with a real model instead
+(SmolLM2-135M-Instruct imported from the GGUF file set-up unpacked, served without a reasoning
+parser: it does not think)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from pathlib import Path
 
 from astra_agent.console import console
 from astra_agent.errors import AstraError
+from astra_agent.runio import file_sha256
 from serving.convert import convert_checkpoint
+from serving.gguf import SMOLLM2, bundled_gguf, import_gguf, import_record
 from serving.server import VLLMServer, load_serve_config
 from serving.tiny import TinySpec, build_tiny_checkpoint
 
@@ -37,12 +41,26 @@ def prepare_tiny(workdir: Path) -> Path:
     return bf16
 
 
-def run_demo(workdir: Path, port: int) -> int:
+def prepare_smollm2(workdir: Path) -> Path:
+    """SmolLM2-135M-Instruct imported from its GGUF file (bf16), unless an import of that same
+    file is already there."""
+    src, dst = bundled_gguf(SMOLLM2), workdir / "smollm2-bf16"
+    record = import_record(dst)
+    if record is None or record.get("source_sha256") != file_sha256(src):
+        import_gguf(src, dst, overwrite=True)
+    return dst
+
+
+def run_demo(workdir: Path, port: int, real: bool = False) -> int:
     t0 = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
-    model = prepare_tiny(workdir)
-    console.print(f"[bold]1.[/] tiny checkpoint built (fp32) and converted to bf16: {model}")
-    cfg = load_serve_config("tiny-cpu", model=model, port=port)
+    if real:
+        model, profile = prepare_smollm2(workdir), "instruct-cpu"
+        console.print(f"[bold]1.[/] SmolLM2-135M-Instruct imported from GGUF (bf16): {model}")
+    else:
+        model, profile = prepare_tiny(workdir), "tiny-cpu"
+        console.print(f"[bold]1.[/] tiny checkpoint built (fp32) and converted to bf16: {model}")
+    cfg = load_serve_config(profile, model=model, port=port)
     server = VLLMServer(cfg)
     with console.status(f"[bold]2.[/] starting vLLM on CPU (log: {server.log_file})"):
         server.start()
@@ -67,6 +85,8 @@ def run_demo(workdir: Path, port: int) -> int:
             "--save",
             str(workdir / "trajectories.jsonl"),
         ]
+        if "temperature" in cfg.generation:  # the profile's sampling, not Qwen3's thinking one
+            cmd += ["--temperature", str(cfg.generation["temperature"])]
         shown = ["astra-agent", *cmd[3:]]
         console.print(f"[bold]3.[/] {' '.join(shown)}", highlight=False, soft_wrap=True)
         code = subprocess.run(cmd, check=False).returncode

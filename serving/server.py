@@ -250,6 +250,17 @@ def weights_dtype(ckpt: HFCheckpoint) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def model_context(ckpt: HFCheckpoint) -> int | None:
+    """The longest context a checkpoint's config declares (None if it says nothing)."""
+    try:
+        cfg = json.loads((ckpt.root / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    value = text.get("max_position_embeddings") if isinstance(text, dict) else None
+    return value if isinstance(value, int) and value > 0 else None
+
+
 def dtype_warning(cfg: ServeConfig, stored: str | None) -> str | None:
     """What to tell a user who serves float32 weights, or serves in float32."""
     if cfg.dtype == "float32":
@@ -332,6 +343,13 @@ class VLLMServer:
         if not port_free(cfg.host, cfg.port):
             raise ConfigError(
                 f"port {cfg.port} on {cfg.host} is already in use", hint="pick another --port"
+            )
+        context = model_context(ckpt)
+        if context is not None and cfg.max_model_len > context:
+            raise ConfigError(
+                f"max_model_len {cfg.max_model_len} is over {cfg.model}'s context of {context} "
+                "tokens (max_position_embeddings in its config.json)",
+                hint=f"pass --max-model-len {context} (or less), or pick a profile made for it",
             )
         warning = dtype_warning(cfg, weights_dtype(ckpt))
         self.warnings = [warning] if warning else []

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from serving.convert import convert_checkpoint
+from serving.gguf import SMOLLM2, bundled_gguf, import_gguf
 from serving.server import ServeConfig, VLLMServer, load_serve_config
 from serving.tiny import TinySpec, build_tiny_checkpoint
 
@@ -129,6 +130,17 @@ def vllm_server(tiny_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
     with VLLMServer(tiny_serve_config(tiny_bf16, log_file=log)) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def smollm2_bf16(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real model: SmolLM2-135M-Instruct imported from the GGUF file `make setup` unpacked
+    (bf16), once for every pytest-xdist worker. Missing file: the fixture fails, never skips."""
+
+    def build(work: Path) -> dict[str, Any]:
+        return {"dir": str(import_gguf(bundled_gguf(SMOLLM2), work / "bf16").dst)}
+
+    return Path(shared_once(tmp_path_factory, "smollm2", build)["dir"])
 
 
 def _shared_root(factory: pytest.TempPathFactory) -> Path:
