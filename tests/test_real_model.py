@@ -92,7 +92,7 @@ def test_a_reasoning_parser_puts_its_answer_in_reasoning_and_check_fails(
 ) -> None:
     """What the first real model met: served with the thinking profile's qwen3 reasoning
     parser, a model that does not think has its whole answer parsed as reasoning."""
-    with pytest.raises(ConfigError, match="over .* context of 8192 tokens"):
+    with pytest.raises(ConfigError, match=r"over .* context of 8192 tokens"):
         _serve(smollm2_bf16, "tiny-cpu", tmp_path / "vllm.log").preflight()
     with _serve(smollm2_bf16, "tiny-cpu", tmp_path / "vllm.log", max_model_len=8192) as thinking:
         check = cli("serving", "check", "--base-url", thinking.base_url)
@@ -173,9 +173,7 @@ def test_tau2_plays_a_conversation_with_the_same_server_as_the_user(
     assert rec["usage"]["user"]["calls"] >= 1
 
 
-def test_the_report_shows_the_real_models_runs(
-    eval_runs: dict[str, Path], tmp_path: Path
-) -> None:
+def test_the_report_shows_the_real_models_runs(eval_runs: dict[str, Path], tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     ok(cli("eval", "report", *map(str, eval_runs.values()), "--out", str(page)))
     html = page.read_text()
