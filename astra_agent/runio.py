@@ -140,11 +140,21 @@ def swap_into_place(ready: Path, dst: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def remove_stale_siblings(dst: Path, tag: str) -> None:
+    """Remove the temporary siblings ``.NAME.TAG-PID`` of ``dst`` whose process is gone."""
+    for stale in dst.parent.glob(f".{dst.name}.{tag}-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(stale, ignore_errors=True)
+
+
 @contextmanager
 def building_dir(dst: Path, tag: str = "partial") -> Iterator[Path]:
     """A fresh, empty temporary sibling of ``dst`` to fill; when the block ends normally it
-    replaces ``dst`` (:func:`swap_into_place`), and whatever happens it is gone afterwards."""
+    replaces ``dst`` (:func:`swap_into_place`), and whatever happens it is gone afterwards.
+    Siblings of the same ``tag`` left by processes that are gone (a ``kill -9``) are removed."""
     tmp = dst.with_name(f".{dst.name}.{tag}-{os.getpid()}")
+    remove_stale_siblings(dst, tag)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:

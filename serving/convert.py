@@ -27,7 +27,7 @@ import torch
 
 from astra_agent.config import check_writable
 from astra_agent.errors import CheckpointError, ConfigError
-from astra_agent.runio import fsync_dir, swap_into_place
+from astra_agent.runio import fsync_dir, remove_stale_siblings, swap_into_place
 from serving.checkpoint import (
     HFCheckpoint,
     check_verl_actor,
@@ -316,14 +316,6 @@ def _merge_verl(actor: Path, work: Path) -> Path:
     return merged
 
 
-def _clean_stale(dst: Path) -> None:
-    """Remove temporary directories of earlier conversions whose process is gone."""
-    for p in dst.parent.glob(f".{dst.name}.converting-*"):
-        pid = p.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(p, ignore_errors=True)
-
-
 def _estimate_out_bytes(src: Path) -> int:
     return sum(p.stat().st_size for p in src.rglob("*") if p.is_file()) // 2
 
@@ -355,7 +347,7 @@ def convert_checkpoint(
     else:
         check_verl_actor(actor)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    _clean_stale(dst)
+    remove_stale_siblings(dst, "converting")  # of earlier conversions whose process is gone
     need = _estimate_out_bytes(src) * (3 if actor else 1)
     free = shutil.disk_usage(dst.parent).free
     if need > free:

@@ -22,6 +22,7 @@ an interrupted import leaves no DST that looks complete.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -127,7 +128,7 @@ def supported_architectures() -> list[str]:
     """The GGUF architectures this transformers build reads."""
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-    return sorted(GGUF_SUPPORTED_ARCHITECTURES)
+    return sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"})  # not models
 
 
 def read_gguf(path: Path) -> GGUFInfo:
@@ -226,14 +227,26 @@ def choose_template(tokenizer: Any, wanted: str, path: Path) -> tuple[str, str]:
 
 
 def _load_model(path: Path, dtype: torch.dtype) -> Any:
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
     from transformers import AutoModelForCausalLM
 
+    bar = gguf_utils.tqdm  # its own bar, which transformers' progress switch does not reach
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            str(path.parent), gguf_file=path.name, dtype=dtype
+        model, loading = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=dtype, output_loading_info=True
         )
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, NotImplementedError) as exc:
         raise CheckpointError(f"transformers cannot load the weights of {path}: {exc}") from None
+    finally:
+        gguf_utils.tqdm = bar
+    missing = sorted(set(loading.get("missing_keys") or []))  # transformers would init them
+    if missing:
+        raise CheckpointError(
+            f"{path} lacks {len(missing)} tensor(s) the model needs, e.g. "
+            f"{', '.join(missing[:3])}: they would be random",
+            hint="the file is incomplete or not a full checkpoint (an adapter?)",
+        )
     bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
     if bad:
         raise CheckpointError(f"{path} has non-finite weights in {', '.join(bad[:3])}")
