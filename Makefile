@@ -80,6 +80,7 @@ bench: setup
 	$(VENV)/bin/python bench/synth.py
 	$(VENV)/bin/python bench/client.py
 	$(VENV)/bin/python bench/tau2_gold.py
+	$(VENV)/bin/python bench/decode.py
 
 clean:
 	rm -rf $(VENV) $(SERVE) $(BFCL) .mcp-servers .pytest_cache
