@@ -7,6 +7,7 @@ with a byte-level BPE tokenizer and no tensors is enough to reach each check.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -141,3 +142,50 @@ def test_an_import_killed_midway_leaves_nothing_and_the_next_one_completes(
     assert result.dtype == "float32" and (dst / "model.safetensors").is_file()
     assert not list(tmp_path.glob(".smollm2.importing-*"))  # the dead run's temp removed
     assert result.bytes_written == 134_515_008 * 4
+
+
+PARSE_IN_PIECES = """
+import json, sys
+from transformers import AutoTokenizer
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+tools = [{"type": "function", "function": {"name": "get_x", "parameters": {"type": "object"}}}]
+req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "q"}], tools=tools)
+text = sys.argv[2]
+plain = Hermes2ProToolParser(tok).extract_tool_calls(text, req)
+ids = tok.encode(text, add_special_tokens=False)
+parser, prev, calls, content = Hermes2ProToolParser(tok), "", {}, ""
+for i in range(len(ids)):
+    cur = tok.decode(ids[: i + 1])
+    d = parser.extract_tool_calls_streaming(prev, cur, cur[len(prev):], ids[:i], ids[: i + 1],
+                                            [ids[i]], req)
+    for tc in (d.tool_calls or []) if d else []:
+        slot = calls.setdefault(tc.index, ["", ""])
+        slot[0] += (tc.function.name or "") if tc.function else ""
+        slot[1] += (tc.function.arguments or "") if tc.function else ""
+    content += (d.content or "") if d else ""
+    prev = cur
+print(json.dumps({"pieces": len(tok.encode("<tool_call>", add_special_tokens=False)),
+                  "plain": [[c.function.name, c.function.arguments] for c in plain.tool_calls],
+                  "plain_content": plain.content, "stream": calls[0] if calls else None,
+                  "stream_content": content}))
+"""
+
+
+@pytest.mark.integration
+def test_vllms_tool_parser_reads_tags_spelt_in_pieces(smollm2_bf16: Path) -> None:
+    """Why no tokens are added: vLLM's hermes parser finds a call whose tags are several
+    tokens each (SmolLM2's vocabulary), in a whole reply and streamed token by token."""
+    from serving.server import ServeConfig, serving_python
+
+    text = 'Let me look.\n<tool_call>\n{"name": "get_x", "arguments": {"id": "ORD-4821"}}\n</tool_call>'
+    python = serving_python(ServeConfig())
+    out = subprocess.run([python, "-c", PARSE_IN_PIECES, str(smollm2_bf16), text],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["pieces"] == 5
+    assert got["plain"] == [["get_x", '{"id": "ORD-4821"}']]
+    assert got["stream"] == ["get_x", '{"id": "ORD-4821"}']
+    assert got["plain_content"] == got["stream_content"] == "Let me look.\n"
