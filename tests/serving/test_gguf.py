@@ -179,7 +179,8 @@ def test_vllms_tool_parser_reads_tags_spelt_in_pieces(smollm2_bf16: Path) -> Non
     tokens each (SmolLM2's vocabulary), in a whole reply and streamed token by token."""
     from serving.server import ServeConfig, serving_python
 
-    text = 'Let me look.\n<tool_call>\n{"name": "get_x", "arguments": {"id": "ORD-4821"}}\n</tool_call>'
+    call = '{"name": "get_x", "arguments": {"id": "ORD-4821"}}'
+    text = f"Let me look.\n<tool_call>\n{call}\n</tool_call>"
     python = serving_python(ServeConfig())
     out = subprocess.run([python, "-c", PARSE_IN_PIECES, str(smollm2_bf16), text],
                          capture_output=True, text=True, timeout=300)  # fmt: skip
