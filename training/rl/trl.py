@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import AstraError, ConfigError
+from training.device import device_of, trains_in_bf16
 from training.metrics import METRICS_FILE, Heldout, MetricsLog, RLStep, Rollouts, Update
 from training.rl.batch import BatchCollector, ProgressHook, StepBatch
 from training.rl.config import RLConfig
@@ -45,7 +46,6 @@ from training.rl.engine import RolloutEngine, make_engine
 from training.rl.rollout import settings_of
 from training.sft.common import FinishedRun
 from training.sft.guard import FiniteGuard, check_start_weights
-from training.sft.trl import device_of
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def grpo_args(cfg: RLConfig, device: str) -> Any:
     return GRPOConfig(
         output_dir=str(cfg.output_dir),
         use_cpu=device == "cpu",
-        bf16=cfg.trl.dtype == "bfloat16" and device != "cpu",
+        bf16=trains_in_bf16(cfg.trl.dtype, device),
         report_to="none",
         disable_tqdm=True,
         seed=cfg.seed,

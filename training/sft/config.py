@@ -22,7 +22,13 @@ class TRLOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "float32",
+        description="bfloat16: autocast, float32 master weights (CPU too; refused where the "
+        "device does not compute bf16); auto: bfloat16 where the device computes it (CUDA "
+        "with bf16; a CPU with avx512_bf16, amx_bf16 or ARM's bf16), else float32 with a "
+        "warning (training.device); the real-model recipes use auto",
+    )
     gradient_checkpointing: bool = False
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
     threads: int | None = Field(None, ge=1, description="torch threads on CPU (default: all)")

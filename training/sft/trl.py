@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
+from training.device import device_of, trains_in_bf16
 from training.metrics import METRICS_FILE, MetricsLog, SFTStep
 from training.sft.common import (
     FinishedRun,
@@ -101,17 +102,9 @@ def tokenized_rows(cfg: SFTConfig, tokenizer: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def device_of(cfg: Any) -> str:
-    """The device of ``cfg.trl.device`` (an SFT or RL config); ``auto``: CUDA if present."""
-    if cfg.trl.device != "auto":
-        return cfg.trl.device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def trl_args(cfg: SFTConfig, device: str, **extra: Any) -> Any:
-    """TRL's ``SFTConfig`` for ``cfg`` (the paper's schedule, the global batch, no truncation)."""
+    """TRL's ``SFTConfig`` for ``cfg`` (the paper's schedule, the global batch, no truncation);
+    ``trl.dtype`` resolved for ``device`` (bfloat16: autocast, on CPU too)."""
     from trl import SFTConfig as TRLConfig
 
     on_cpu = device == "cpu"
@@ -121,7 +114,7 @@ def trl_args(cfg: SFTConfig, device: str, **extra: Any) -> Any:
     kwargs: dict[str, Any] = dict(
         output_dir=str(cfg.output_dir),
         use_cpu=on_cpu,
-        bf16=cfg.trl.dtype == "bfloat16" and not on_cpu,
+        bf16=trains_in_bf16(cfg.trl.dtype, device),
         fp16=False,
         report_to=list(cfg.report_to) or "none",
         gradient_checkpointing=cfg.trl.gradient_checkpointing,
@@ -305,6 +298,7 @@ def run_trl(cfg: SFTConfig, progress: ProgressHook | None = None) -> SFTResult:
     done = finished_run(cfg, ckpt, tokenizer, serving)
     if done is not None:
         return SFTResult(cfg.output_dir, done.final, done.converted, done.steps, ckpt, done)
+    args = trl_args(cfg, device_of(cfg))  # an unsupported dtype refused before anything is written
     model = load_model(cfg)  # its weights checked before anything is written
     prepare_run_dir(cfg)
     if not resume:
@@ -313,16 +307,8 @@ def run_trl(cfg: SFTConfig, progress: ProgressHook | None = None) -> SFTResult:
         cfg.output_dir / METRICS_FILE, checkpoint_step(ckpt) if ckpt else None
     )
     counts = TokenCounts()
-    device = device_of(cfg)
-    trainer = make_trainer(
-        cfg,
-        model,
-        tokenizer,
-        rows,
-        trl_args(cfg, device),
-        [_metrics_callback(metrics, counts, progress)],
-        counts,
-    )
+    callbacks = [_metrics_callback(metrics, counts, progress)]
+    trainer = make_trainer(cfg, model, tokenizer, rows, args, callbacks, counts)
     if ckpt:
         log.info("resuming from %s", ckpt)
     trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
