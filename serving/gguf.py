@@ -233,9 +233,10 @@ def _load_model(path: Path, dtype: torch.dtype) -> Any:
     bar = gguf_utils.tqdm  # its own bar, which transformers' progress switch does not reach
     gguf_utils.tqdm = functools.partial(bar, disable=True)
     try:
-        model, loading = AutoModelForCausalLM.from_pretrained(
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
             str(path.parent), gguf_file=path.name, dtype=dtype, output_loading_info=True
         )
+        model, loading = loaded
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, NotImplementedError) as exc:
         raise CheckpointError(f"transformers cannot load the weights of {path}: {exc}") from None
     finally:
