@@ -4,11 +4,14 @@ says why where it does not, and a refusal of an explicit bfloat16 there."""
 from __future__ import annotations
 
 import logging
+import math
+import re
 from pathlib import Path
 
 import pytest
 
 from astra_agent.errors import ConfigError
+from tests.training.conftest import ARENA_TRAIN
 from training import device
 from training.sft.config import SFTConfig
 from training.sft.trl import trl_args
@@ -65,3 +68,62 @@ def test_trl_args_take_bf16_on_cpu(cpuinfo, tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
         strict = cfg.trl.model_copy(update={"dtype": "bfloat16"})
         trl_args(cfg.model_copy(update={"trl": strict}), "cpu")
+
+
+NO_BF16 = "this CPU has none of the bfloat16 flags (a test double)"
+
+
+def test_explicit_bf16_on_a_cpu_without_it_is_refused_before_anything_is_written(
+    random_tiny: Path, arena_parquet: Path, tiny_fp32: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """SFT and RL: the one-line error and its hint; no run directory written."""
+    from training.rl.config import RLConfig
+    from training.rl.trl import run_trl as run_rl
+    from training.sft.trl import run_trl as run_sft
+
+    monkeypatch.setattr(device, "bf16_unsupported", lambda dev: NO_BF16)
+    trl = {"device": "cpu", "dtype": "bfloat16"}
+    sft = SFTConfig.model_validate(
+        {"model": random_tiny, "train_files": [arena_parquet], "output_dir": tmp_path / "sft",
+         "max_length": 4096, "global_batch_size": 1, "trl": trl}
+    )  # fmt: skip
+    rl = RLConfig.model_validate(
+        {"model": tiny_fp32, "train_files": [ARENA_TRAIN], "output_dir": tmp_path / "rl",
+         "group_size": 2, "batch_groups": 1, "micro_batch_size": 1,
+         "rollout": {"engine": "hf"}, "trl": trl}
+    )  # fmt: skip
+    for run, cfg in ((run_sft, sft), (run_rl, rl)):
+        with pytest.raises(
+            ConfigError, match=re.escape(f"bfloat16 is not supported on cpu: {NO_BF16}")
+        ):
+            run(cfg)
+        assert not cfg.output_dir.exists()
+
+
+@pytest.mark.integration
+def test_a_bf16_sft_run_trains_with_finite_loss_and_saves_float32_weights(
+    random_tiny: Path, arena_parquet: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """bfloat16 autocast on CPU (forced on: a CPU without bf16 emulates it) through the real
+    ``SFTTrainer``: the loss is finite and falls, and the checkpoint holds the float32 master
+    weights, not bf16 copies."""
+    from safetensors import safe_open
+
+    from training.metrics import MetricsLog
+    from training.sft.trl import run_trl
+
+    monkeypatch.setattr(device, "bf16_unsupported", lambda dev: None)
+    cfg = SFTConfig.model_validate(
+        {"model": random_tiny, "train_files": [arena_parquet], "output_dir": tmp_path / "run",
+         "max_length": 4096, "max_steps": 3, "learning_rate": 3e-3, "warmup_ratio": 0.0,
+         "global_batch_size": 1, "micro_batch_size": 1, "save_steps": 1000,
+         "trl": {"device": "cpu", "dtype": "bfloat16", "threads": 2},
+         "convert": {"enabled": False}}
+    )  # fmt: skip
+    result = run_trl(cfg)
+    losses = [m["loss"] for m in MetricsLog.read(cfg.output_dir / "metrics.jsonl")]
+    assert result.steps == 3 and len(losses) == 3
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
+    with safe_open(str(result.final / "model.safetensors"), framework="pt") as f:
+        dtypes = {f.get_slice(k).get_dtype() for k in f.keys()}  # noqa: SIM118
+    assert dtypes == {"F32"}

@@ -127,8 +127,13 @@ def test_metrics_on_resume_keep_each_step_once_and_the_running_totals(tmp_path: 
     assert not path.exists()
 
 
-def test_trl_arguments_follow_the_paper_schedule_and_the_device(tmp_path: Path) -> None:
+def test_trl_arguments_follow_the_paper_schedule_and_the_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from training import device
     from training.sft.trl import trl_args
+
+    monkeypatch.setattr(device, "bf16_unsupported", lambda dev: None)  # a CPU that computes bf16
 
     cfg = _cfg(
         tmp_path,
@@ -142,10 +147,13 @@ def test_trl_arguments_follow_the_paper_schedule_and_the_device(tmp_path: Path) 
     args = trl_args(cfg, "cpu")
     assert args.lr_scheduler_type == "cosine" and args.warmup_steps == 0.05
     assert args.gradient_accumulation_steps == 4 and args.per_device_train_batch_size == 2
-    assert args.use_cpu and not args.bf16 and args.max_steps == 9 and args.seed == 0
+    # bfloat16 on CPU: autocast (accelerate's mixed precision), the weights stay float32
+    assert args.use_cpu and args.bf16 and args.mixed_precision == "bf16"
+    assert args.max_steps == 9 and args.seed == 0
     assert args.padding_free and args.max_length is None  # lengths are checked by us
     single = trl_args(_cfg(tmp_path, packing=False, max_length=512), "cpu")
     assert not single.padding_free and single.max_length == 512
+    assert not single.bf16  # the default dtype: float32
     assert single.report_to == [] or single.report_to == ["none"] or single.report_to == "none"
 
 

@@ -346,8 +346,10 @@ def build_trainer(
     collector: BatchCollector,
     engine: RolloutEngine,
     runner: asyncio.Runner,
+    args: Any = None,
 ) -> Any:
-    """An :class:`ArenaGRPOTrainer` wired to our collector, engine and event loop."""
+    """An :class:`ArenaGRPOTrainer` wired to our collector, engine and event loop; ``args``:
+    TRL's arguments (default: ``grpo_args`` of ``cfg``)."""
     import datasets
 
     # the dataset only paces TRL's steps (our collector draws the tasks): each generation batch
@@ -359,7 +361,7 @@ def build_trainer(
     trainer = _trainer_class()(
         model=model,
         reward_funcs=[arena_reward],
-        args=grpo_args(cfg, device_of(cfg)),
+        args=args if args is not None else grpo_args(cfg, device_of(cfg)),
         train_dataset=data,
         processing_class=tokenizer,
     )
@@ -389,6 +391,8 @@ def run_trl(cfg: RLConfig, progress: ProgressHook | None = None) -> RLResult:
             cfg.output_dir, done.final, done.converted, done.steps, run.checkpoint, skipped, done
         )
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    device = device_of(cfg)
+    args = grpo_args(cfg, device)  # a dtype the device lacks: refused before any write
     model = _load_model(cfg)  # its weights checked before anything is written
     open_run_dir(cfg, run)
     runner = asyncio.Runner()
@@ -398,8 +402,8 @@ def run_trl(cfg: RLConfig, progress: ProgressHook | None = None) -> RLResult:
         factory, pool = _environment_factory(cfg, runner)
         collector = BatchCollector(cfg, tasks, tokenizer, factory, settings_of(cfg, tokenizer))
         _resume_state(run.checkpoint, collector)
-        engine = make_engine(cfg, model, device_of(cfg))
-        trainer = build_trainer(cfg, model, tokenizer, tasks, collector, engine, runner)
+        engine = make_engine(cfg, model, device)
+        trainer = build_trainer(cfg, model, tokenizer, tasks, collector, engine, runner, args)
         trainer.heldout = heldout
         metrics = MetricsLog[RLStep](
             cfg.output_dir / METRICS_FILE,

@@ -298,7 +298,7 @@ def run_trl(cfg: SFTConfig, progress: ProgressHook | None = None) -> SFTResult:
     done = finished_run(cfg, ckpt, tokenizer, serving)
     if done is not None:
         return SFTResult(cfg.output_dir, done.final, done.converted, done.steps, ckpt, done)
-    args = trl_args(cfg, device_of(cfg))  # an unsupported dtype refused before anything is written
+    args = trl_args(cfg, device_of(cfg))  # a dtype the device lacks: refused before any write
     model = load_model(cfg)  # its weights checked before anything is written
     prepare_run_dir(cfg)
     if not resume:

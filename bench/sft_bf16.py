@@ -1,0 +1,131 @@
+"""Benchmark: SFT of the real model in bf16 autocast against float32, on CPU.
+
+SmolLM2-135M-Instruct (imported from the GGUF file `make setup` unpacks, float32 weights) on the
+24 training arena trajectories (reference chains replayed through the real loop, tokenized with
+its tokenizer by ``training.template.tokenize``), trained by the same ``SFTTrainer`` twice in
+one run: the same rows in the same order, the same seed, steps and micro batch (1 sequence), AdamW
+at 5e-5. Only ``trl.dtype`` differs: ``float32`` (the baseline) and ``bfloat16`` (autocast,
+float32 master weights). Figures: tokens per second of each, the ratio (target ≥ 6×), and the
+per-step losses side by side (target: equal within noise; their largest and mean difference).
+
+    .venv/bin/python bench/sft_bf16.py [--steps 12] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def corpus(workdir: Path) -> tuple[Path, list[dict[str, Any]]]:
+    from serving.gguf import SMOLLM2, import_gguf
+    from training.replay import TRAIN_TASKS, replay_arenas
+    from training.template import load_tokenizer, tokenize
+
+    model = import_gguf(SMOLLM2, workdir / "smollm2-fp32", dtype="float32", overwrite=True).dst
+    shutil.rmtree(workdir / "replay", ignore_errors=True)
+    results, _ = asyncio.run(replay_arenas(TRAIN_TASKS, workdir / "replay"))
+    tok = load_tokenizer(model)
+    rows = []
+    for line in results.read_text().splitlines():
+        traj = json.loads(line)["trajectory"]
+        t = tokenize(tok, traj["messages"], traj["tools"])
+        rows.append({"input_ids": t.input_ids, "assistant_masks": t.loss_mask})
+    return model, rows
+
+
+def train_once(model_dir: Path, rows: list[dict[str, Any]], out: Path, dtype: str, steps: int):
+    from transformers import TrainerCallback
+
+    from training.sft.config import SFTConfig
+    from training.sft.trl import TokenCounts, load_model, make_trainer, trl_args
+    from training.template import load_tokenizer
+
+    cfg = SFTConfig.model_validate(
+        {
+            "model": model_dir,
+            "train_files": [out / "unused.parquet"],
+            "output_dir": out,
+            "max_length": 8192,
+            "max_steps": steps,
+            "learning_rate": 5e-5,
+            "lr_scheduler": "constant",
+            "warmup_ratio": 0.0,
+            "packing": True,
+            "micro_batch_size": 1,
+            "global_batch_size": 1,
+            "save_steps": 10**6,
+            "trl": {"device": "cpu", "dtype": dtype},
+        }
+    )
+    losses: list[float] = []
+
+    class Losses(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any):
+            if logs and "loss" in logs:
+                losses.append(float(logs["loss"]))
+
+    counts = TokenCounts()
+    args = trl_args(cfg, "cpu", save_strategy="no", logging_steps=1)
+    model = load_model(cfg)
+    trainer = make_trainer(cfg, model, load_tokenizer(model_dir), rows, args, [Losses()], counts)
+    t0 = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - t0
+    master = {str(p.dtype) for p in trainer.model.parameters()}
+    return {"wall_s": wall, "tokens": counts.tokens, "tokens_per_s": counts.tokens / wall,
+            "losses": losses, "master": ",".join(sorted(master))}  # fmt: skip
+
+
+def report(fp32: dict[str, Any], bf16: dict[str, Any], steps: int) -> None:
+    print(f"SmolLM2-135M-Instruct, {steps} steps of 1 sequence, same rows, same seed")
+    print(f"{'trl.dtype':<34}{'wall s':>8}{'tokens':>9}{'tokens/s':>10}  master weights")
+    for name, r in (("float32 (baseline)", fp32), ("bfloat16 (autocast)", bf16)):
+        print(
+            f"{name:<34}{r['wall_s']:>8.1f}{r['tokens']:>9}{r['tokens_per_s']:>10.1f}  "
+            f"{r['master']}"
+        )
+    ratio = bf16["tokens_per_s"] / fp32["tokens_per_s"]
+    verdict = "met" if ratio >= 6 else "MISSED"
+    print(f"ratio bf16/fp32 tokens/s: {ratio:.2f}x (target ≥ 6x: {verdict})")
+    print("step  loss fp32  loss bf16   |Δ|")
+    diffs = []
+    for i, (a, b) in enumerate(zip(fp32["losses"], bf16["losses"], strict=True), 1):
+        diffs.append(abs(a - b))
+        print(f"{i:>4}  {a:>9.4f}  {b:>9.4f}  {abs(a - b):.4f}")
+    print(f"loss |Δ|: max {max(diffs):.4f}, mean {sum(diffs) / len(diffs):.4f}")
+    with open("/proc/loadavg") as f:
+        print(f"load average at the end: {f.read().split()[0]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workdir", type=Path, default=REPO / "bench" / "out" / "sft_bf16")
+    args = ap.parse_args()
+    import torch
+    from datasets import disable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    torch.set_num_threads(args.threads)
+    disable_progress_bars()
+    hf_logging.set_verbosity_error()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    model, rows = corpus(args.workdir)
+    print(f"corpus: {len(rows)} rows, {sum(len(r['input_ids']) for r in rows)} tokens")
+    fp32 = train_once(model, rows, args.workdir / "fp32", "float32", args.steps)
+    bf16 = train_once(model, rows, args.workdir / "bf16", "bfloat16", args.steps)
+    report(fp32, bf16, args.steps)
+
+
+if __name__ == "__main__":
+    main()
