@@ -25,3 +25,38 @@ async def cpu_per_reply(call: Callable[[], Awaitable[Any]], calls: int, concurre
     cpu0 = time.process_time()
     await run_limited(call, calls, concurrency)
     return 1e3 * (time.process_time() - cpu0) / calls
+
+
+def arena_rows(tokenizer_dir: Any, workdir: Any) -> list[dict[str, Any]]:
+    """The 24 training arena trajectories (reference chains replayed through the real loop)
+    tokenized with ``tokenizer_dir``'s tokenizer: ``{"input_ids", "assistant_masks"}`` rows."""
+    import json
+    import shutil
+
+    from training.replay import TRAIN_TASKS, replay_arenas
+    from training.template import load_tokenizer, tokenize
+
+    shutil.rmtree(workdir / "replay", ignore_errors=True)
+    results, _ = asyncio.run(replay_arenas(TRAIN_TASKS, workdir / "replay"))
+    tok = load_tokenizer(tokenizer_dir)
+    rows = []
+    for line in results.read_text().splitlines():
+        traj = json.loads(line)["trajectory"]
+        t = tokenize(tok, traj["messages"], traj["tools"])
+        rows.append({"input_ids": t.input_ids, "assistant_masks": t.loss_mask})
+    return rows
+
+
+def quiet_training(threads: int) -> None:
+    """Torch on ``threads`` threads, no progress bars or library chatter: what the SFT
+    benchmarks print is their own figures."""
+    import os
+
+    import torch
+    from datasets import disable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    torch.set_num_threads(threads)
+    disable_progress_bars()
+    hf_logging.set_verbosity_error()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

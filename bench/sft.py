@@ -16,13 +16,11 @@ baseline's trained tokens/s.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
+
+from _common import arena_rows, quiet_training
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,21 +28,11 @@ REPO = Path(__file__).resolve().parents[1]
 def corpus(workdir: Path) -> tuple[Path, list[dict[str, Any]]]:
     """The random tiny checkpoint and the arena rows as ``{"input_ids", "assistant_masks"}``."""
     from serving.tiny import TinySpec, build_tiny_checkpoint
-    from training.replay import TRAIN_TASKS, replay_arenas
-    from training.template import load_tokenizer, tokenize
 
     model = build_tiny_checkpoint(
         workdir / "tiny-random", TinySpec(behavior="random"), overwrite=True
     )
-    shutil.rmtree(workdir / "replay", ignore_errors=True)
-    results, _ = asyncio.run(replay_arenas(TRAIN_TASKS, workdir / "replay"))
-    tok = load_tokenizer(model)
-    rows = []
-    for line in results.read_text().splitlines():
-        traj = json.loads(line)["trajectory"]
-        t = tokenize(tok, traj["messages"], traj["tools"])
-        rows.append({"input_ids": t.input_ids, "assistant_masks": t.loss_mask})
-    return model, rows
+    return model, arena_rows(model, workdir)
 
 
 def train_once(
@@ -113,14 +101,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--workdir", type=Path, default=REPO / "bench" / "out" / "sft")
     args = ap.parse_args()
-    import torch
-    from datasets import disable_progress_bars
-    from transformers.utils import logging as hf_logging
-
-    torch.set_num_threads(args.threads)
-    disable_progress_bars()
-    hf_logging.set_verbosity_error()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    quiet_training(args.threads)
     model, rows = corpus(args.workdir)
     n = sum(len(r["input_ids"]) for r in rows)
     print(
