@@ -177,15 +177,16 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 # `make test` runs the suite on two pytest-xdist workers, a module at a time on one worker
 # (`--dist loadscope`: module fixtures run once), handed out one module ahead (below), in this
-# order: the longest chain first (the RL proof: the shared arena corpus and SFT run, a probe
-# and RL steps); the modules outside tests/training; verl's end-to-end test (≈8 min, needs the
-# RL start point, ready by then); the rest of tests/training; the SFT proof last. What the
-# second worker would do while the first trains is there for it, and the long modules are not
-# left queued behind each other at the end.
+# order: the two longest chains first, one a worker (the RL proof: the shared arena corpus
+# and SFT run, a probe and RL steps; the real model's training: the Table 2 slice, verl's SFT
+# trainer, RL steps); the modules outside tests/training; verl's end-to-end test (≈8 min, needs
+# the RL start point, ready by then); the rest of tests/training. What the second worker would
+# do while the first trains is there for it, and the long modules are not left queued behind
+# each other at the end.
 _RANKS = {
     "tests/training/test_rl_end_to_end.py": 0,
+    "tests/training/test_real_model_training.py": 0,
     "tests/training/test_rl_verl_end_to_end.py": 2,
-    "tests/training/test_sft_end_to_end.py": 4,
 }
 
 

@@ -21,6 +21,7 @@ from training.data_cli import data_app
 from training.rl.config import RLConfig
 from training.sft.config import SFTConfig
 from training.synth.cli import synth_app
+from training.table2.cli import table2_app
 
 # TRL's trainers send a usage record to huggingface.co from a background thread at start-up;
 # training here reads and writes local files only, so that is off unless the user sets it.
@@ -32,13 +33,15 @@ app = typer.Typer(
     "verl on a cluster).\n\n"
     "Example: astra-train sft --config training/recipes/sft-tiny-cpu.yaml --output-dir runs/sft\n\n"
     "Example: astra-train rl --config training/recipes/rl-tiny-cpu.yaml --output-dir runs/rl\n\n"
-    "Example: astra-train synth pool --mcp-config mcp.json --out synth/pool",
+    "Example: astra-train synth pool --mcp-config mcp.json --out synth/pool\n\n"
+    "Example: astra-train table2 run --config training/recipes/table2-smollm2-cpu.yaml",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
 common_callback(app, "astra-train")
 app.add_typer(data_app, name="data")
 app.add_typer(synth_app, name="synth")  # data synthesis: tool pool → graph → chains
+app.add_typer(table2_app, name="table2")  # base → SFT → RL measured on unseen arenas
 
 if TYPE_CHECKING:
     from training.metrics import RLStep

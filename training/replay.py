@@ -35,16 +35,18 @@ async def replay_arenas(
     *,
     concurrency: int = 4,
     unsafe_no_sandbox: bool = False,
+    reasoning: bool = True,
 ) -> tuple[Path, ArenaSummary]:
     """Replay every task of ``data`` into ``out``; return ``(OUT/results.jsonl, summary)``.
 
     A task whose replay does not reach reward 1.0 would teach a wrong chain: that is a
     ConfigError naming it (its reference chain is broken), not a silently worse corpus.
+    ``reasoning`` off: the replies carry no reasoning (for a model that does not think).
     """
     tasks = load_arena_file(data).tasks
     if not any(t.reference for t in tasks):
         raise ConfigError(f"{data} has no task with a reference chain to replay")
-    with ScriptedServer(replay_script(tasks)) as srv:
+    with ScriptedServer(replay_script(tasks, reasoning=reasoning)) as srv:
         cfg = ArenaEvalConfig(
             data=data,
             out=out,

@@ -214,7 +214,9 @@ def render_launch_script(command: Sequence[str], env: dict[str, str], who: str) 
 _PR_SET_PDEATHSIG = 1
 
 
-def _dies_with(parent: int) -> Callable[[], None]:
+def dies_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child leads its own process group, takes SIGINT's default, and
+    gets SIGTERM when ``parent`` dies (``kill -9`` included)."""
     libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork, not in the child
 
     def setup() -> None:
@@ -253,7 +255,7 @@ def stream(script: Path, echo: Callable[[str], None], cwd: Path | None = None) -
         stderr=subprocess.STDOUT,
         text=True,
         bufsize=1,
-        preexec_fn=_dies_with(os.getpid()),
+        preexec_fn=dies_with(os.getpid()),
     ) as proc:
         try:
             assert proc.stdout is not None

@@ -14,7 +14,9 @@ from astra_agent.arena import ArenaTask
 from astra_agent.testing.scripted_server import Reply, Script
 
 
-def replay_script(tasks: list[ArenaTask]) -> Script:
+def replay_script(tasks: list[ArenaTask], *, reasoning: bool = True) -> Script:
+    """The script; with ``reasoning`` off its replies carry no reasoning (a model that does
+    not think is trained on them)."""
     by_prompt = {t.prompt[-1]["content"]: t for t in tasks if t.reference}
 
     def script(req: dict[str, Any]) -> Reply:
@@ -26,11 +28,12 @@ def replay_script(tasks: list[ArenaTask]) -> Script:
         done = sum(1 for m in msgs[users[-1] :] if m["role"] == "tool")
         ref = task.reference or []
         if done >= len(ref):
-            return Reply(reasoning="All sub-questions answered.", content="Done.")
+            return Reply(
+                reasoning="All sub-questions answered." if reasoning else None, content="Done."
+            )
         call = ref[done]
         args = json.dumps(call.get("arguments") or {})
-        return Reply(
-            reasoning=f"Step {done + 1}: call {call['name']}.", tool_calls=[(call["name"], args)]
-        )
+        why = f"Step {done + 1}: call {call['name']}." if reasoning else None
+        return Reply(reasoning=why, tool_calls=[(call["name"], args)])
 
     return script

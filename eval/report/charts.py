@@ -87,6 +87,40 @@ def bars(
     return _figure(traces, title, xtitle, ytitle, **extra)
 
 
+def bars_ci(
+    title: str,
+    x: Sequence[Any],
+    series: Sequence[tuple[str, Sequence[float | None], Sequence[float | None]]],
+    *,
+    ytitle: str = "",
+    xtitle: str = "",
+) -> Fig:
+    """Grouped bars with error bars: one series (name, means, half-widths of the intervals)
+    per model over the same categories, the bars kept within [0, 1] (rewards, shares); a
+    missing mean is no bar."""
+    import plotly.graph_objects as go
+
+    cats = [label(c) for c in x]
+    traces = [
+        go.Bar(
+            name=label(name),
+            x=cats,
+            y=list(ys),
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [min(e or 0, 1 - (y or 0)) for y, e in zip(ys, errs, strict=True)],
+                "arrayminus": [min(e or 0, y or 0) for y, e in zip(ys, errs, strict=True)],
+                "visible": True,
+            },
+            text=[_bar_text(y, 3) for y in ys],
+            textposition="outside",
+        )
+        for name, ys, errs in series
+    ]
+    return _figure(traces, title, xtitle, ytitle, barmode="group")
+
+
 def _bar_text(y: Any, digits: int) -> str:
     if isinstance(y, float):
         return f"{y:.{digits}f}"

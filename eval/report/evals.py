@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import AstraError
@@ -183,11 +184,46 @@ def arenas_section(runs: list[Run], page: Page) -> Section:
             "Errors and terminations by kind", kinds, counts_, xtitle="count", horizontal=True
         )
         ids.append(page.figure(fig))
+    if grid := _by_set_and_model(runs):
+        ids.insert(0, page.figure(grid))
     blocks.insert(1, Charts(ids))
     entries: list[Block] = []
     for run in runs:
         entries += [Heading(f"Tasks of {run.name}"), entry_list(page, run, arena_view)]
     return Section("arenas", "RL arenas", "arenas", blocks, entries)
+
+
+def _mean_ci(xs: list[float]) -> tuple[float | None, float | None]:
+    """The mean and the half-width of its 95% confidence interval (normal approximation)."""
+    n = len(xs)
+    if not n:
+        return None, None
+    m = sum(xs) / n
+    sd = (sum((x - m) ** 2 for x in xs) / (n - 1)) ** 0.5 if n > 1 else 0.0
+    return m, 1.96 * sd / n**0.5
+
+
+def _by_set_and_model(runs: list[Run]) -> charts.Fig | None:
+    """Mean reward with its 95% CI, task set (the data file) × model, where the runs span
+    more than one of either (stages of a training run scored on several held-out sets)."""
+    cells: dict[tuple[str, str], list[float]] = {}
+    for r in runs:
+        data = str((r.summary or {}).get("data") or r.name)
+        key = (Path(data).stem, str(r.model or r.name))
+        graded = [float(x.get("reward", 0)) for x in r.records if not x.get("error_kind")]
+        cells.setdefault(key, graded)
+    sets = list(dict.fromkeys(k[0] for k in cells))
+    models = list(dict.fromkeys(k[1] for k in cells))
+    if len(sets) < 2 and len(models) < 2:
+        return None
+    series = []
+    for m in models:
+        stats = [_mean_ci(cells[(s, m)]) if (s, m) in cells else (None, None) for s in sets]
+        series.append((m, [x[0] for x in stats], [x[1] for x in stats]))
+    return charts.bars_ci(
+        "Mean reward by task set and model (95% CI)", sets, series, ytitle="mean reward",
+        xtitle="task set",
+    )  # fmt: skip
 
 
 def _arena_charts(runs: list[Run], page: Page) -> list[str]:

@@ -342,3 +342,48 @@ def rl_start(sft: SFTRun, tasks_file: Path, work: Path) -> RLStart:
     out = work / "rl-tasks.jsonl"
     out.write_text("\n".join(lines) + "\n")
     return RLStart(start, probes, chosen, out, baseline)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def parsed_by_vllm(records: list[dict[str, Any]]) -> tuple[int, list[str], int]:
+    """Tool calls vLLM's hermes parser returned as ``tool_calls``; what went wrong; and how many
+    garbled calls the model wrote.
+
+    What went wrong: a ``<tool_call>`` left in an assistant's content, or a turn of well-formed
+    calls the client had to recover from the text (vLLM's parser should have returned them: our
+    template and its parser disagree). A half-trained model also writes garbled calls (bad JSON,
+    a call cut off by the token limit): vLLM's parser rightly refuses those, the client recovers
+    them so that the loop can tell the model, and the reward already counts them; they are
+    counted, not failed. A recovered call whose JSON parsed keeps its arguments as JSON; one
+    that did not keeps its raw text, which is not JSON."""
+    calls, problems, garbled = 0, [], 0
+    for rec in records:
+        traj = rec["trajectory"]
+        turns: dict[int, list[bool]] = {}
+        for e in traj["events"]:
+            if e.get("recovered"):
+                turns.setdefault(e["step"], []).append(_is_json(e["arguments"]))
+        for step, well_formed in sorted(turns.items()):
+            if all(well_formed):
+                problems.append(f"{rec['id']}: step {step}: well-formed call(s) recovered")
+            else:
+                garbled += len(well_formed)
+        unrun = traj["recovered_calls"] - sum(len(v) for v in turns.values())
+        if unrun and traj["termination"] == "length":
+            garbled += unrun  # the last turn, cut off mid-call
+        elif unrun:
+            problems.append(f"{rec['id']}: {unrun} recovered call(s) that never ran")
+        for m in traj["messages"]:
+            if m["role"] != "assistant":
+                continue
+            calls += len(m.get("tool_calls") or [])
+            if "<tool_call>" in (m.get("content") or ""):
+                problems.append(f"{rec['id']}: <tool_call> text in content {m['content'][:80]!r}")
+    return calls, problems, garbled

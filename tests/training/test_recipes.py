@@ -16,6 +16,7 @@ from training.sft.config import SFTConfig
 
 SHIPPED = sorted(RECIPES.glob("sft-*.yaml"))
 RL_SHIPPED = sorted(RECIPES.glob("rl-*.yaml"))
+TABLE2_SHIPPED = sorted(RECIPES.glob("table2-*.yaml"))
 C = TypeVar("C", RLConfig, SFTConfig)
 
 
@@ -23,7 +24,25 @@ def test_the_recipes_are_shipped() -> None:
     names = {p.name for p in RECIPES.glob("*.yaml")}
     assert {"sft-tiny-cpu.yaml", "sft-astra-14b.yaml", "sft-astra-32b.yaml"} <= names
     assert {"rl-tiny-cpu.yaml", "rl-astra-14b.yaml", "rl-astra-32b.yaml"} <= names
-    assert names == {p.name for p in SHIPPED + RL_SHIPPED}  # no recipe of another kind
+    assert names == {p.name for p in SHIPPED + RL_SHIPPED + TABLE2_SHIPPED}  # no other kind
+    assert TABLE2_SHIPPED
+
+
+@pytest.mark.parametrize("recipe", TABLE2_SHIPPED, ids=lambda p: p.name)
+def test_a_shipped_experiment_validates_with_its_sft_and_rl_recipes(recipe: Path) -> None:
+    """An ``astra-train table2`` config: the experiment, and the SFT and RL recipes it writes
+    (the shipped ones with its overrides) each valid as the stage will load it."""
+    from astra_agent.config import deep_merge
+    from training.table2.experiment import ExperimentConfig
+
+    raw = read_mapping(recipe)
+    cfg = load_config(ExperimentConfig, recipe, environ={})
+    assert set(raw) <= set(ExperimentConfig.model_fields)
+    stage = {"model": "m", "train_files": ["t.parquet"], "output_dir": "o"}
+    sft = SFTConfig.model_validate(deep_merge(read_mapping(cfg.sft_recipe), {**stage, **cfg.sft}))
+    rl = RLConfig.model_validate(deep_merge(read_mapping(cfg.rl_recipe), {**stage, **cfg.rl}))
+    assert sft.trl.dtype == "auto" and rl.rollout.engine == "vllm" and rl.abf.enabled
+    assert cfg.eval.splits == ["a", "b", "c", "heldout"] and cfg.arenas.heldout_domains is None
 
 
 def load_shipped(config: type[C], recipe: Path) -> C:

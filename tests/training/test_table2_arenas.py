@@ -1,0 +1,151 @@
+"""The procedural arenas (``training.table2.arenagen``): deterministic, valid in the sandbox,
+no held-out domain, signature or start value in training, and bad specs refused; the
+experiment's run directory refuses another config and names the stage a missing input needs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from astra_agent.arena import ArenaEnvironment, load_arena_file, run_reference
+from astra_agent.errors import ConfigError
+from eval.arenas import validate_arenas
+from training.cli import app as train_app
+from training.table2.arenagen import (
+    GenSpec,
+    generate,
+    load_domains,
+    signature_heldout,
+    split_domains,
+    write_arenas,
+)
+from training.table2.experiment import ExperimentConfig, run_experiment
+
+SMALL = GenSpec(seed=3, train_tasks=40, eval_tasks=8)
+
+
+def _tools(records: list[dict]) -> set[str]:
+    return {t["function"]["name"] for r in records for t in json.loads(r["tool_schema"])}
+
+
+def test_generation_is_deterministic_and_the_seed_matters() -> None:
+    assert generate(SMALL) == generate(SMALL)
+    other = generate(SMALL.model_copy(update={"seed": 4}))
+    assert other["train"] != generate(SMALL)["train"]
+
+
+def test_no_held_out_domain_signature_or_start_reaches_training() -> None:
+    splits = generate(GenSpec(seed=1, train_tasks=300, eval_tasks=40))
+    train, held = split_domains(GenSpec(), load_domains())
+    held_names = {d.name for d in held}
+    assert {r["domain"] for r in splits["train"]} <= {d.name for d in train}
+    assert {r["domain"] for r in splits["c"]} <= held_names
+    assert not any(signature_heldout(r["signature"], 20) for r in splits["train"])
+    assert all(signature_heldout(r["signature"], 20) for r in splits["b"])
+    train_sigs = {r["signature"] for r in splits["train"]}
+    assert not train_sigs & {r["signature"] for r in splits["b"]}
+    # split a: the training signatures, from start entities no training task starts at
+    starts = {next(iter(r["reference"][0]["arguments"].values())) for r in splits["train"]}
+    assert not starts & {next(iter(r["reference"][0]["arguments"].values())) for r in splits["a"]}
+    # split c: no tool name, entity or field word of it was offered in training
+    words = {w for t in _tools(splits["train"]) for w in t.split("_")[1:]}
+    for t in _tools(splits["c"]):
+        assert not set(t.split("_")[1:]) & words, t
+    for split in ("a", "b", "c"):
+        assert len(splits[split]) == 40
+    kinds = {r["kind"] for r in splits["train"]}
+    assert kinds == {"attr", "hop", "hop2", "both", "pair"}
+
+
+def test_every_generated_task_validates_and_its_reference_solves_it(tmp_path: Path) -> None:
+    paths = write_arenas(tmp_path / "gen", SMALL)
+    for split, path in paths.items():
+        report, failures, warnings = asyncio.run(validate_arenas(path))
+        assert report.records == len(report.tasks) and not report.problems, split
+        assert not failures and not warnings, (split, failures[:3], warnings[:3])
+
+    async def solve(path: Path) -> list[bool]:
+        out = []
+        for task in load_arena_file(path).tasks:
+            async with ArenaEnvironment(task) as env:
+                out.append((await run_reference(task, env))[0].fully_solved)
+        return out
+
+    assert all(asyncio.run(solve(paths["c"])))
+
+
+@pytest.mark.parametrize(
+    ("update", "message"),
+    [
+        ({"heldout_domains": ["atlantis"]}, "unknown held-out domain"),
+        ({"heldout_domains": ["retail"]}, "shares the words"),
+        ({"heldout_domains": [d.name for d in load_domains()]}, "at least one training"),
+    ],
+)
+def test_a_split_that_would_leak_into_training_is_refused(update: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        generate(GenSpec(**update))
+
+
+def test_a_directory_of_another_spec_is_refused_and_the_same_spec_kept(tmp_path: Path) -> None:
+    paths = write_arenas(tmp_path, SMALL)
+    before = {s: p.stat().st_mtime_ns for s, p in paths.items()}
+    write_arenas(tmp_path, SMALL)
+    assert {s: p.stat().st_mtime_ns for s, p in paths.items()} == before
+    with pytest.raises(ConfigError, match=r"another spec .*seed"):
+        write_arenas(tmp_path, SMALL.model_copy(update={"seed": 4}))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--heldout-domains", "astronomy,astronomy"], "twice"),
+        (["--eval-tasks", "0"], "eval_tasks"),
+        (["--signature-holdout-pct", "0"], "signature_holdout_pct"),
+        (["--heldout-domains", "retail"], "shares the words"),
+    ],
+)
+def test_generate_cli_refuses_bad_input_with_one_line(
+    tmp_path: Path, args: list[str], message: str, wide_consoles: None
+) -> None:
+    res = CliRunner().invoke(train_app, ["table2", "generate", "--out", str(tmp_path / "g"), *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "g").exists()
+
+
+def test_generate_cli_writes_the_splits(tmp_path: Path) -> None:
+    args = [
+        "table2",
+        "generate",
+        "--out",
+        str(tmp_path),
+        "--train-tasks",
+        "12",
+        "--eval-tasks",
+        "3",
+    ]
+    res = CliRunner().invoke(train_app, args)
+    assert res.exit_code == 0, res.output
+    counts = json.loads((tmp_path / "arenas.json").read_text())["counts"]
+    assert counts == {"train": 12, "a": 3, "b": 3, "c": 3}
+
+
+def test_experiment_refuses_another_config_and_names_a_missing_stage(tmp_path: Path) -> None:
+    cfg = ExperimentConfig(out=tmp_path / "x", arenas=SMALL)
+    run_experiment(cfg, ["arenas"])
+    assert (tmp_path / "x" / "arenas" / "train.jsonl").is_file()
+    with pytest.raises(ConfigError, match=r"another config: .*seed"):
+        run_experiment(cfg.model_copy(update={"arenas": GenSpec(seed=9)}), ["arenas"])
+    with pytest.raises(ConfigError, match=r"another config: .*max_steps"):
+        run_experiment(cfg.model_copy(update={"sft": {"max_steps": 3}}), ["arenas"])
+    with pytest.raises(ConfigError, match="written by the 'replay' stage"):
+        run_experiment(cfg, ["data"])
+    with pytest.raises(ConfigError, match="written by the 'sft' stage"):
+        run_experiment(cfg, ["rl"])
+    with pytest.raises(ConfigError, match="unknown stage"):
+        run_experiment(cfg, ["bogus"])

@@ -1,0 +1,158 @@
+"""The experiment's table: each model (base, SFT, SFT+RL) on each held-out set, with n, the mean
+reward and its 95% confidence interval, the fully solved share, and the paired tests of each
+stage against the one before it (``astra-eval compare``'s Wilcoxon signed-rank and McNemar),
+per set and pooled over the generated splits a–c. Written as ``OUT/table2.json`` and
+``OUT/table2.md``; the comparisons as ``OUT/compare/*.json``; the HTML report of every eval
+run as ``OUT/report.html``."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from astra_agent.runio import read_json_lines, write_json_atomic, write_text_atomic
+
+if TYPE_CHECKING:
+    from training.table2.experiment import Experiment
+
+POOLED = ("a", "b", "c")
+SPLIT_TITLES = {
+    "a": "a: same domains, new values",
+    "b": "b: held-out chain signatures",
+    "c": "c: unseen domains",
+    "heldout": "hand-written held-out arenas",
+    "bfcl": "BFCL-V3 multi-turn slice",
+}
+
+
+def mean_ci(xs: list[float]) -> tuple[float, float]:
+    """The mean and the half-width of its 95% confidence interval (normal approximation)."""
+    n = len(xs)
+    if not n:
+        return 0.0, 0.0
+    m = sum(xs) / n
+    if n < 2:
+        return m, 0.0
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
+    return m, 1.96 * sd / math.sqrt(n)
+
+
+def cell(run: Path) -> dict[str, Any] | None:
+    """One eval run's figures (None where it is not there): arenas: the rewards of the tasks
+    that ran (errors counted apart); BFCL: the verdicts (pass 1, fail 0)."""
+    if not (run / "summary.json").is_file():
+        return None
+    records = read_json_lines(run / "results.jsonl")
+    graded = [r for r in records if not r.get("error_kind")]
+    if "reward" in (graded[0] if graded else {}):
+        scores = [float(r["reward"]) for r in graded]
+        solved = sum(bool(r.get("fully_solved")) for r in graded)
+    else:
+        scores = [1.0 if r.get("valid") or r.get("passed") else 0.0 for r in graded]
+        solved = int(sum(scores))
+    m, half = mean_ci(scores)
+    n = len(scores)
+    return {
+        "n": n, "errors": len(records) - n, "mean": round(m, 4), "ci95": round(half, 4),
+        "solved": round(solved / n, 4) if n else 0.0,
+    }  # fmt: skip
+
+
+def paired(x: Experiment, a: str, b: str, sets: list[str]) -> dict[str, Any]:
+    """Stage ``b`` against stage ``a`` on each set (and pooled over a–c): the mean paired
+    difference with its 95% CI, and the tests of ``astra-eval compare``."""
+    from eval.compare import compare_runs, wilcoxon_rewards, write_comparison
+
+    out: dict[str, Any] = {}
+    pooled: list[float] = []
+    for s in sets:
+        da, db = x.eval_dir(a, s), x.eval_dir(b, s)
+        if not ((da / "summary.json").is_file() and (db / "summary.json").is_file()):
+            continue
+        c = compare_runs(da, db)
+        dest = x.path("compare", f"{b}-vs-{a}-{s}.json")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        write_comparison(c, dest, overwrite=True)
+        rows = [r for r in c.rows if r.compared]
+        diffs = [float(r.b or 0) - float(r.a or 0) for r in rows]
+        if s in POOLED:
+            pooled += diffs
+        out[s] = _diff(diffs, [asdict(t) for t in c.tests])
+    if pooled:
+        out["pooled a-c"] = _diff(pooled, [asdict(wilcoxon_rewards(pooled))])
+    return out
+
+
+def _diff(diffs: list[float], tests: list[dict[str, Any]]) -> dict[str, Any]:
+    m, half = mean_ci(diffs)
+    return {"n": len(diffs), "mean_diff": round(m, 4), "ci95": round(half, 4), "tests": tests}
+
+
+def build_table(x: Experiment) -> dict[str, Any]:
+    sets = [*x.cfg.eval.splits, *(["bfcl"] if x.cfg.eval.bfcl_limit else [])]
+    stages = ("base", "sft", "rl")
+    cells = {st: {s: cell(x.eval_dir(st, s)) for s in sets} for st in stages}
+    comparisons = {
+        f"{b} vs {a}": paired(x, a, b, sets) for a, b in (("base", "sft"), ("sft", "rl"))
+    }
+    return {"sets": sets, "cells": cells, "comparisons": comparisons}
+
+
+def _p(tests: list[dict[str, Any]], name: str) -> str:
+    t = next((t for t in tests if t["name"].startswith(name)), None)
+    if t is None or t["p_value"] is None:
+        return "–"
+    return f"{t['p_value']:.2g}"
+
+
+def render_markdown(table: dict[str, Any]) -> str:
+    sets = table["sets"]
+    lines = [
+        "| set | n | base | SFT | SFT+RL |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for s in sets:
+        cs = [table["cells"][st].get(s) for st in ("base", "sft", "rl")]
+        n = next((c["n"] for c in cs if c), 0)
+        shown = [
+            f"{c['mean']:.3f} ± {c['ci95']:.3f} ({c['solved']:.0%} solved)" if c else "–"
+            for c in cs
+        ]
+        lines.append(f"| {SPLIT_TITLES.get(s, s)} | {n} | " + " | ".join(shown) + " |")
+    lines += ["", "| comparison | set | n | mean difference (95% CI) | Wilcoxon p | McNemar p |",
+              "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    for name, per in table["comparisons"].items():
+        for s, d in per.items():
+            lines.append(
+                f"| {name} | {SPLIT_TITLES.get(s, s)} | {d['n']} | {d['mean_diff']:+.3f} ± "
+                f"{d['ci95']:.3f} | {_p(d['tests'], 'Wilcoxon')} | {_p(d['tests'], 'McNemar')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_table(x: Experiment) -> dict[str, Any]:
+    """Write the table (JSON and Markdown) and the report; print the Markdown."""
+    from astra_agent.console import console
+
+    table = build_table(x)
+    write_json_atomic(x.path("table2.json"), table)
+    md = render_markdown(table)
+    write_text_atomic(x.path("table2.md"), md)
+    console.print(md, soft_wrap=True, markup=False, highlight=False)
+    runs = [
+        str(x.eval_dir(st, s))
+        for st in ("base", "sft", "rl")
+        for s in table["sets"]
+        if (x.eval_dir(st, s) / "summary.json").is_file()
+    ]
+    if runs:
+        x.run("table", "eval", "report", *runs, "--out", str(x.path("report.html")),
+              "--overwrite", "--title", "Table 2 in miniature")  # fmt: skip
+    return table
+
+
+def read_table(out: Path) -> dict[str, Any]:
+    return json.loads((out / "table2.json").read_text(encoding="utf-8"))

@@ -1,0 +1,70 @@
+"""How the procedural arenas' attribute values are made: each kind (an amount, a date, a
+person, a city…) from the arena's seeded random generator, always at least 3 characters (the
+arena matcher's shortest gold answer)."""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Literal
+
+from astra_agent.errors import ConfigError
+
+if TYPE_CHECKING:
+    from training.table2.arenagen import Attr
+
+ValueKind = Literal[
+    "amount", "date", "int", "year", "email", "city", "person", "phone", "code", "country",
+    "company", "time", "choice",
+]  # fmt: skip
+
+
+_FIRST = ("Ada", "Bruno", "Chiara", "Dmitri", "Elena", "Farid", "Greta", "Hugo", "Ines",
+          "Jonas", "Keiko", "Luca", "Marta", "Nadia", "Oscar", "Priya", "Quentin", "Rosa",
+          "Sven", "Tamsin", "Umar", "Vera", "Wen", "Yusuf")  # fmt: skip
+_LAST = ("Abbott", "Barros", "Castell", "Duarte", "Ekberg", "Fontaine", "Gallo", "Haddad",
+         "Ivanova", "Jansen", "Kowalski", "Lindqvist", "Moreau", "Novak", "Okafor", "Petrov",
+         "Quiroga", "Romano", "Sato", "Tanaka", "Ueda", "Varga", "Weber", "Zielinski")  # fmt: skip
+_CITIES = ("Lisbon", "Porto", "Valencia", "Lyon", "Utrecht", "Ghent", "Bergen", "Tampere",
+           "Gdansk", "Brno", "Graz", "Bologna", "Seville", "Aarhus", "Cork", "Leeds",
+           "Dresden", "Basel", "Krakow", "Tallinn", "Riga", "Malmo", "Nantes", "Turin")  # fmt: skip
+_COUNTRIES = ("Portugal", "Spain", "France", "Netherlands", "Belgium", "Norway", "Finland",
+              "Poland", "Czechia", "Austria", "Italy", "Denmark", "Ireland", "Estonia",
+              "Latvia", "Sweden", "Greece", "Chile", "Kenya", "Japan")  # fmt: skip
+_COMPANY_A = ("Northwind", "Bluefin", "Copperleaf", "Silverline", "Redwood", "Ironbridge",
+              "Greenhill", "Starling", "Harbor", "Summit", "Westgate", "Amberly")  # fmt: skip
+_COMPANY_B = ("Mutual", "Partners", "Holdings", "Group", "Trust", "Alliance", "Works",
+              "Collective")  # fmt: skip
+
+
+def make_value(attr: Attr, rng: random.Random) -> str:
+    """A value of ``attr``'s kind: at least 3 characters, as the tool returns it."""
+    k = attr.kind
+    if k == "amount":
+        return f"{rng.randint(12, 9999)}.{rng.randint(0, 99):02d}"
+    if k == "date":
+        return f"{rng.randint(2019, 2026)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+    if k == "int":
+        return str(rng.randint(120, 98000))
+    if k == "year":
+        return str(rng.randint(1901, 2011))
+    if k == "email":
+        first, last = rng.choice(_FIRST).lower(), rng.choice(_LAST).lower()
+        return f"{first}.{last}{rng.randint(2, 98)}@mail.example"
+    if k == "city":
+        return rng.choice(_CITIES)
+    if k == "person":
+        return f"{rng.choice(_FIRST)} {rng.choice(_LAST)}"
+    if k == "phone":
+        return f"+1-555-{rng.randint(100, 999)}-{rng.randint(1000, 9999)}"
+    if k == "code":
+        letters = "".join(rng.choice("ABCDEFGHJKLMNPRSTUVWXYZ") for _ in range(2))
+        return f"{letters}{rng.randint(100, 999)}"
+    if k == "country":
+        return rng.choice(_COUNTRIES)
+    if k == "company":
+        return f"{rng.choice(_COMPANY_A)} {rng.choice(_COMPANY_B)}"
+    if k == "time":
+        return f"{rng.randint(7, 20):02d}:{rng.choice(('00', '15', '30', '45'))}"
+    if not attr.values:
+        raise ConfigError(f"attribute {attr.field!r} of kind choice has no values")
+    return rng.choice(attr.values)
