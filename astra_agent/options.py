@@ -150,6 +150,21 @@ SET_HELP = (
 )
 
 
+def comma_names(text: str, flag: str, example: str) -> list[str]:
+    """The names of the comma-separated flag ``flag``: blanks dropped; one that names nothing
+    (``,``, blanks) or names one thing twice is a ConfigError (a usage error, exit 2)."""
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    if not names:
+        raise ConfigError(f"{flag} {text!r:.200} names nothing", hint=f"e.g. {flag} {example}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(
+            f"{flag} names {', '.join(map(repr, twice))} more than once",
+            hint=f"e.g. {flag} {example}",
+        )
+    return names
+
+
 def parse_set(items: Sequence[str] | None) -> dict[str, Any]:
     """``["a.b=1", "c=x"]`` → ``{"a": {"b": 1}, "c": "x"}`` (values read as YAML scalars,
     lists or mappings); a malformed item is a ConfigError naming it."""

@@ -17,10 +17,7 @@ from rich.table import Table
 from astra_agent.config import load_config
 from astra_agent.console import cli_errors, console, err_console
 from astra_agent.errors import ConfigError
-from astra_agent.options import (
-    common_callback,
-    config_flags,
-)
+from astra_agent.options import comma_names, common_callback, config_flags
 from eval.arenas.runner import ArenaEvalConfig
 from eval.bfcl.runner import BFCLConfig
 from eval.general.runner import GeneralEvalConfig
@@ -198,14 +195,9 @@ def _bfcl_score(records: list[Any]) -> str:
 
 def _set_names(overrides: dict[str, Any], key: str, text: str | None, example: str) -> None:
     """The names of the comma-separated flag ``--KEY`` (when given) into ``overrides[key]``;
-    a flag that names none (``,``, blanks) is a usage error."""
-    if text is None:
-        return
-    flag = f"--{key}"
-    names = [c.strip() for c in text.split(",") if c.strip()]
-    if not names:
-        raise ConfigError(f"{flag} {text!r} names nothing", hint=f"e.g. {flag} {example}")
-    overrides[key] = names
+    a flag that names none (``,``, blanks) or one name twice is a usage error."""
+    if text is not None:
+        overrides[key] = comma_names(text, f"--{key}", example)
 
 
 @bfcl_app.callback(invoke_without_command=True)

@@ -155,6 +155,26 @@ def test_a_list_naming_nothing_is_a_usage_error(flag: str, value: str, tmp_path:
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["bfcl", "--categories", "base,base"], "--categories"),
+        (["bfcl", "--ids", "multi_turn_base_0, multi_turn_base_0"], "--ids"),
+        (["tau2", "--domains", "retail,retail"], "--domains"),
+        (["general", "--tasks", "astra_arith,astra_arith"], "--tasks"),
+    ],
+)
+def test_a_list_naming_one_thing_twice_is_a_usage_error(
+    args: list[str], flag: str, tmp_path: Path
+) -> None:
+    """Every comma-separated flag of every command (one rule, ``options.comma_names``): a
+    repeated name is refused before anything runs, not a traceback from the runner."""
+    out = cli(*args, "--out", str(tmp_path / "r"))
+    assert out.returncode == 2, out.stderr
+    assert f"{flag} names" in out.stderr and "more than once" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("command", ["bfcl", "arenas"])
 def test_unwritable_out_is_refused_before_anything_runs(command: str, tmp_path: Path) -> None:
     blocker = tmp_path / "file"

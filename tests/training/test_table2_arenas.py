@@ -103,7 +103,7 @@ def test_a_directory_of_another_spec_is_refused_and_the_same_spec_kept(tmp_path:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--heldout-domains", "astronomy,astronomy"], "twice"),
+        (["--heldout-domains", "astronomy,astronomy"], "more than once"),
         (["--eval-tasks", "0"], "eval_tasks"),
         (["--signature-holdout-pct", "0"], "signature_holdout_pct"),
         (["--heldout-domains", "retail"], "shares the words"),

@@ -23,7 +23,7 @@ from rich.table import Table
 from astra_agent.config import load_config
 from astra_agent.console import cli_errors, console, err_console
 from astra_agent.errors import ConfigError
-from astra_agent.options import ENDPOINT_FLAGS, config_flags
+from astra_agent.options import ENDPOINT_FLAGS, comma_names, config_flags
 from training.synth.envs.build import ArenaConfig, build_arenas
 from training.synth.envs.code import EnvCodeConfig, synth_env_code
 from training.synth.envs.decompose import DecomposeConfig, synth_decompose
@@ -309,7 +309,7 @@ def tasks(
     Example: astra-train synth tasks --chains synth/chains --pool synth/pool --out synth/tasks
     --base-url http://127.0.0.1:8000/v1 --min-score realism=4 --concurrency 16
     """
-    listed = None if modes is None else [m.strip() for m in modes.split(",") if m.strip()]
+    listed = None if modes is None else comma_names(modes, "--modes", "diverse,persona")
     scores = None if min_score is None else parse_min_scores(min_score)
     given = {"modes": listed, "min_scores": scores}
     _stage("tasks", TasksConfig, synth_tasks, "chains", overrides, config, out, **given)

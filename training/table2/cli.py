@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from astra_agent.console import cli_errors, console
-from astra_agent.options import parse_set
+from astra_agent.options import comma_names, parse_set
 
 table2_app = typer.Typer(
     help="The paper's Table 2 in miniature: base → SFT → RL on a real model, measured on arenas "
@@ -45,9 +45,7 @@ def generate_cmd(
 
     names = None
     if heldout_domains is not None:
-        names = [n.strip() for n in heldout_domains.split(",") if n.strip()]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"--heldout-domains names a domain twice: {heldout_domains}")
+        names = comma_names(heldout_domains, "--heldout-domains", "astronomy,brewing")
     try:
         spec = GenSpec(
             seed=seed, train_tasks=train_tasks, eval_tasks=eval_tasks,
@@ -85,17 +83,12 @@ def run_cmd(
 
     Example: astra-train table2 run -c training/recipes/table2-smollm2-cpu.yaml --stages table
     """
-    from astra_agent.errors import ConfigError
     from training.table2.experiment import load_experiment, run_experiment
 
     overrides = parse_set(set_)
     if out is not None:
         overrides["out"] = str(out)
-    names = None
-    if stages is not None:
-        names = [s.strip() for s in stages.split(",") if s.strip()]
-        if len(set(names)) != len(names) or not names:
-            raise ConfigError(f"--stages must name distinct stages: {stages!r}")
+    names = None if stages is None else comma_names(stages, "--stages", "eval-sft,table")
     cfg = load_experiment(config, overrides)
     walls = run_experiment(cfg, names)
     console.print(f"{len(walls)} stage(s) in {sum(walls.values()):.0f} s: {cfg.out}")
