@@ -270,6 +270,7 @@ def check_run_dir(cfg: Any, run_name: str = RUN_FILE, command: str = "astra-trai
     run_file = out / run_name
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output_dir {out} is a file", hint="pick a directory's path")
+    _check_creatable(out)
     if run_file.is_file():
         changed = run_differences(run_file, cfg)
         if changed:
@@ -284,6 +285,24 @@ def check_run_dir(cfg: Any, run_name: str = RUN_FILE, command: str = "astra-trai
             hint="pick a new --output-dir",
         )
     return False
+
+
+def _check_creatable(out: Path) -> None:
+    """A ConfigError now, before any work, where ``out`` cannot be created or written (a parent
+    that is a file, read-only or immutable), not an OSError from deep in a trainer."""
+    from astra_agent.config import check_writable
+    from astra_agent.runio import probe_writable
+
+    if not out.exists():
+        check_writable(out, "output_dir", kind="dir")
+        return
+    try:
+        probe_writable(out)
+    except OSError as exc:
+        raise ConfigError(
+            f"output_dir {out} is not writable ({exc.strerror})",
+            hint="pick a path in a writable directory",
+        ) from None
 
 
 def prepare_run_dir(cfg: Any, run_name: str = RUN_FILE, command: str = "astra-train sft") -> bool:
