@@ -29,6 +29,7 @@ from astra_agent.runio import append_jsonl, write_json_atomic
 from eval.results import (
     RESULTS,
     SUMMARY,
+    EvalRecord,
     R,
     RunMeta,
     ensure_writable_dir,
@@ -263,7 +264,23 @@ async def run_eval(
     finally:
         await model.close()
     summary = _write_summary(cfg.out, spec, result.records, result.total, served, t0)
+    refuse_all_failed(result.records, cfg.out)
     return summary, result
+
+
+def refuse_all_failed(records: Sequence[EvalRecord], out: Path) -> None:
+    """One rule for every eval: a run whose every entry failed on an endpoint (an inference
+    error: no usable reply, whatever the endpoint answered) ends in a ServerError, exit 1,
+    once its records and summary are written (``--retry-errors`` re-runs them)."""
+    if not records or any(r.error_kind != "inference" for r in records):
+        return
+    first = next((r.error for r in records if r.error), "no reply")
+    raise ServerError(
+        f"no entry of this run could be played: all {len(records)} failed on the endpoint "
+        f"(the first: {first})",
+        hint=f"is --base-url an OpenAI-compatible chat endpoint? the errors are in "
+        f"{out / RESULTS}; --retry-errors re-runs them",
+    )
 
 
 def read_selected(out: Path, spec: EvalSpec[T, R, S]) -> list[R]:

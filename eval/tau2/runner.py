@@ -46,6 +46,7 @@ from eval.runner import (
     EndpointDied,
     ProgressHook,
     RunConfig,
+    refuse_all_failed,
     run_items,
     to_run,
     write_summary,
@@ -568,7 +569,9 @@ async def evaluate_tau2(
     finally:
         await agent.close()
         await user.close()
-    return _write(cfg, items, t0, served, extra, result.records)
+    summary = _write(cfg, items, t0, served, extra, result.records)
+    refuse_all_failed(result.records, cfg.out)
+    return summary
 
 
 async def _stop(player: asyncio.Task[None] | None) -> None:

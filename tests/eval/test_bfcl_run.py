@@ -245,9 +245,13 @@ def test_garbage_and_errors_are_recorded_not_silent(tmp_path: Path) -> None:
             "--out",
             str(tmp_path),
         )
-    assert out.returncode == 0, out.stderr[-2000:]
     recs = results(tmp_path)
     assert len(recs) == 6 and not any(r["valid"] for r in recs)
+    # every entry ended on an endpoint error at some turn: recorded, summarized, and the run
+    # exits 1 (one rule for every eval: eval.runner.refuse_all_failed)
+    assert all(r["error_kind"] == "inference" for r in recs)
+    assert out.returncode == 1 and "no entry of this run could be played" in out.stderr
+    assert (tmp_path / "summary.json").is_file()
     assert any(
         r["error_type"] == "multi_turn:inference_error"
         and r["error_kind"] == "inference"

@@ -137,8 +137,10 @@ def test_a_failing_simulator_is_an_error_not_a_failed_task_and_retry_errors_scor
         r = cli("--base-url", gold.base_url, *args, "--trials", "1", "--out", str(out),
                 env=FAST_FAIL)  # fmt: skip
         assert len(broken.requests) == 2  # one try per conversation, then it ends
-    assert r.returncode == 0, r.stderr
-    assert "2 conversation(s) could not be played" in r.stdout
+    # every conversation failed on an endpoint: recorded, summarized, and exit 1 (one rule for
+    # every eval, eval.runner.refuse_all_failed)
+    assert r.returncode == 1 and "no entry of this run could be played" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
     recs = records(out)
     assert [(x["reward"], x["error_kind"], x["termination"]) for x in recs] == [
         (None, "inference", "error")
@@ -150,6 +152,26 @@ def test_a_failing_simulator_is_an_error_not_a_failed_task_and_retry_errors_scor
             "--retry-errors", "--out", str(out))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert summary(out)["domains"]["retail"]["pass_hat_k"] == {"1": 1.0}
+
+
+def test_an_agent_endpoint_that_answers_html_exits_non_zero(
+    gold: ScriptedServer, tmp_path: Path
+) -> None:
+    """The agent's endpoint lists its model but answers every chat with an HTML page: each
+    conversation is recorded as an unscored inference error, and the run exits 1."""
+    page = b"<html><body>502 Bad Gateway</body></html>"
+
+    def html(req: dict[str, Any]) -> Reply:
+        return Reply(status=200, body=page, content_type="text/html")
+
+    out = tmp_path / "run"
+    with ScriptedServer(html, model="gold") as agent:
+        args = ["--user-base-url", gold.base_url, "--domains", "retail", "--limit", "2"]
+        r = cli("--base-url", agent.base_url, *args, "--trials", "1", "--out", str(out),
+                env=FAST_FAIL)  # fmt: skip
+    assert r.returncode == 1 and "no entry of this run could be played" in r.stderr, r.stderr
+    assert [x["error_kind"] for x in records(out)] == ["inference", "inference"]
+    assert summary(out)["errors"] == 2
 
 
 def test_a_dead_endpoint_fails_fast_with_what_to_do(tmp_path: Path) -> None:
