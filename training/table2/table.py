@@ -3,7 +3,7 @@ reward and its 95% confidence interval, the fully solved share, and the paired t
 stage against the one before it (``astra-eval compare``'s Wilcoxon signed-rank and McNemar),
 per set and pooled over the generated splits a–c. Written as ``OUT/table2.json`` and
 ``OUT/table2.md``; the comparisons as ``OUT/compare/*.json``; the HTML report of every eval
-run as ``OUT/report.html``."""
+run and of the SFT and RL runs (their loss and reward curves) as ``OUT/report.html``."""
 
 from __future__ import annotations
 
@@ -148,6 +148,7 @@ def write_table(x: Experiment) -> dict[str, Any]:
         for s in table["sets"]
         if (x.eval_dir(st, s) / "summary.json").is_file()
     ]
+    runs += [str(x.path(t)) for t in ("sft", "rl") if (x.path(t) / "metrics.jsonl").is_file()]
     if runs:
         x.run("table", "eval", "report", *runs, "--out", str(x.path("report.html")),
               "--overwrite", "--title", "Table 2 in miniature")  # fmt: skip
