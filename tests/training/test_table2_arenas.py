@@ -104,8 +104,9 @@ def test_a_directory_of_another_spec_is_refused_and_the_same_spec_kept(tmp_path:
     ("args", "message"),
     [
         (["--heldout-domains", "astronomy,astronomy"], "more than once"),
-        (["--eval-tasks", "0"], "eval_tasks"),
-        (["--signature-holdout-pct", "0"], "signature_holdout_pct"),
+        (["--eval-tasks", "0"], "eval_tasks: Input should be greater than or equal to 1"),
+        (["--signature-holdout-pct", "0"], "signature_holdout_pct: Input should be greater"),
+        (["--train-tasks", "20001"], "train_tasks: Input should be less than or equal to 20000"),
         (["--heldout-domains", "retail"], "shares the words"),
     ],
 )
@@ -116,6 +117,18 @@ def test_generate_cli_refuses_bad_input_with_one_line(
     assert res.exit_code == 2, res.output
     assert message in res.output and "Traceback" not in res.output
     assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.parametrize("command", ["generate", "run"])
+def test_an_out_that_cannot_be_a_directory_is_one_line(
+    command: str, tmp_path: Path, wide_consoles: None
+) -> None:
+    (tmp_path / "file").write_text("x")
+    for out, says in ((tmp_path / "file", "is a file"), (tmp_path / "file" / "x", "cannot be")):
+        extra = ["--stages", "arenas"] if command == "run" else []
+        res = CliRunner().invoke(train_app, ["table2", command, "--out", str(out), *extra])
+        assert res.exit_code == 2 and says in res.output, res.output
+        assert "Traceback" not in res.output
 
 
 def test_generate_cli_writes_the_splits(tmp_path: Path) -> None:

@@ -505,6 +505,11 @@ def write_arenas(out: Path, spec: GenSpec) -> dict[str, Path]:
     """Generate and write ``OUT/{train,a,b,c}.jsonl`` and ``OUT/arenas.json`` (the spec, the
     counts and each file's SHA-256), each file whole. A directory written under another spec
     is refused with the differences named; under the same spec it is left as it is."""
+    from astra_agent.config import check_writable
+
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file", hint="name a directory")
+    check_writable(out, "--out", kind="dir")
     paths = {s: out / f"{s}.jsonl" for s in SPLITS}
     manifest = out / MANIFEST
     if manifest.is_file():

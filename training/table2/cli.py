@@ -40,19 +40,17 @@ def generate_cmd(
 
     Example: astra-train table2 generate --out runs/arenas-gen --train-tasks 400 --eval-tasks 60
     """
-    from astra_agent.errors import ConfigError
+    from astra_agent.config import load_config
     from training.table2.arenagen import GenSpec, write_arenas
 
     names = None
     if heldout_domains is not None:
         names = comma_names(heldout_domains, "--heldout-domains", "astronomy,brewing")
-    try:
-        spec = GenSpec(
-            seed=seed, train_tasks=train_tasks, eval_tasks=eval_tasks,
-            heldout_domains=names, signature_holdout_pct=signature_holdout_pct,
-        )  # fmt: skip
-    except ValueError as exc:
-        raise ConfigError(f"bad generator settings: {exc}") from exc
+    given = {
+        "seed": seed, "train_tasks": train_tasks, "eval_tasks": eval_tasks,
+        "heldout_domains": names, "signature_holdout_pct": signature_holdout_pct,
+    }  # fmt: skip
+    spec = load_config(GenSpec, None, given, environ={})
     paths = write_arenas(out, spec)
     for split, path in paths.items():
         n = sum(1 for _ in path.open(encoding="utf-8"))

@@ -126,6 +126,11 @@ class Experiment:
 
     def open(self) -> None:
         """Create OUT with the config's fingerprint, or check it against the one there."""
+        from astra_agent.config import check_writable
+
+        if self.out.exists() and not self.out.is_dir():
+            raise ConfigError(f"out {self.out} is a file", hint="name a directory")
+        check_writable(self.out, "out", kind="dir")
         record = self.path("experiment.json")
         fp = self.cfg.fingerprint()
         if record.is_file():
