@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -389,6 +390,17 @@ def mcnemar(fixed: int, broken: int, what: str = "verdicts") -> PairedTest:
         return PairedTest(name, None, None, 0, "no discordant pairs: the runs agree on every entry")
     p = float(binomtest(fixed, n, 0.5).pvalue)
     return PairedTest(name, float(fixed), p, n, f"{fixed} fixed vs {broken} broken (two-sided)")
+
+
+def mean_ci(xs: Sequence[float]) -> tuple[float, float] | None:
+    """The mean of ``xs`` and the half-width of its 95% confidence interval (normal
+    approximation); None for no values."""
+    n = len(xs)
+    if not n:
+        return None
+    m = sum(xs) / n
+    sd = (sum((x - m) ** 2 for x in xs) / (n - 1)) ** 0.5 if n > 1 else 0.0
+    return m, 1.96 * sd / n**0.5
 
 
 def wilcoxon_rewards(diffs: list[float]) -> PairedTest:

@@ -90,6 +90,13 @@ class ServeConfig(BaseModel):
         return v
 
 
+def free_port() -> int:
+    """A TCP port free on loopback now (the OS's pick): where a server of ours can listen."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def profile_names() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 

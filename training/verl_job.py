@@ -229,9 +229,10 @@ def dies_with(parent: int) -> Callable[[], None]:
     return setup
 
 
-def _stop_group(proc: subprocess.Popen[str], grace_s: float = 45.0) -> None:
-    """SIGTERM the launch script's process group, then SIGKILL what is left after ``grace_s``
-    (long enough for ``training.verl_launch`` to stop what is below it: up to ≈30 s)."""
+def stop_group(proc: subprocess.Popen[Any], grace_s: float = 45.0) -> None:
+    """SIGTERM ``proc``'s process group (a launch script's, an experiment stage's), then
+    SIGKILL what is left after ``grace_s`` (long enough for ``training.verl_launch`` to stop
+    what is below it: up to ≈30 s)."""
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -263,7 +264,7 @@ def stream(script: Path, echo: Callable[[str], None], cwd: Path | None = None) -
                 echo(line.rstrip("\n"))
             return proc.wait()
         except BaseException:
-            _stop_group(proc)
+            stop_group(proc)
             raise
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import AstraError
+from eval.compare import mean_ci
 from eval.report import charts
 from eval.report.blocks import (
     Block,
@@ -193,16 +194,6 @@ def arenas_section(runs: list[Run], page: Page) -> Section:
     return Section("arenas", "RL arenas", "arenas", blocks, entries)
 
 
-def _mean_ci(xs: list[float]) -> tuple[float | None, float | None]:
-    """The mean and the half-width of its 95% confidence interval (normal approximation)."""
-    n = len(xs)
-    if not n:
-        return None, None
-    m = sum(xs) / n
-    sd = (sum((x - m) ** 2 for x in xs) / (n - 1)) ** 0.5 if n > 1 else 0.0
-    return m, 1.96 * sd / n**0.5
-
-
 def _by_set_and_model(runs: list[Run]) -> charts.Fig | None:
     """Mean reward with its 95% CI, task set (the data file) × model, where the runs span
     more than one of either (stages of a training run scored on several held-out sets)."""
@@ -218,7 +209,7 @@ def _by_set_and_model(runs: list[Run]) -> charts.Fig | None:
         return None
     series = []
     for m in models:
-        stats = [_mean_ci(cells[(s, m)]) if (s, m) in cells else (None, None) for s in sets]
+        stats = [mean_ci(cells.get((s, m), [])) or (None, None) for s in sets]
         series.append((m, [x[0] for x in stats], [x[1] for x in stats]))
     return charts.bars_ci(
         "Mean reward by task set and model (95% CI)", sets, series, ytitle="mean reward",

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import socket
 import time
 from pathlib import Path
 from typing import Any, Self
@@ -44,6 +43,7 @@ from serving.checkpoint import HFCheckpoint, open_hf_checkpoint
 from serving.server import (
     ServeConfig,
     VLLMServer,
+    free_port,
     gpu_count,
     is_loopback,
     load_serve_config,
@@ -283,13 +283,6 @@ def _malformed(url: str, what: str) -> ServerError:
 
 
 # ---------------------------------------------------------------------------- the server
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now (the OS's pick)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rollout_serve_config(

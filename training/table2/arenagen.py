@@ -177,24 +177,16 @@ def make_tables(domain: Domain, seed: int) -> Tables:
 
 # --------------------------------------------------------------------------- tools
 
-_ATTR_SRC = """ROWS = {rows!r}
+# Every tool (attribute or link) looks its entity's id up in one table and returns the id and
+# the value found (an attribute, or the linked entity's id) under ``out``.
+_TOOL_SRC = """ROWS = {rows!r}
 
 
 def {name}({param}):
     key = str({param}).strip().upper()
     if key not in ROWS:
         return {{"error": "no {entity} with id " + repr(str({param}))}}
-    return {{"{param}": key, "{field}": ROWS[key]}}
-"""
-
-_LINK_SRC = """LINKS = {rows!r}
-
-
-def {name}({param}):
-    key = str({param}).strip().upper()
-    if key not in LINKS:
-        return {{"error": "no {entity} with id " + repr(str({param}))}}
-    return {{"{param}": key, "{next}_id": LINKS[key]}}
+    return {{"{param}": key, "{out}": ROWS[key]}}
 """
 
 
@@ -240,16 +232,15 @@ def domain_tools(domain: Domain, tables: Tables) -> dict[str, Tool]:
         for a in ent.attrs:
             name = f"{verb}_{ent.name}_{a.field}"
             rows = dict(sorted(tables.values[k][a.field].items()))
-            src = _ATTR_SRC.format(
-                rows=rows, name=name, param=param, entity=ent.name, field=a.field
-            )
+            src = _TOOL_SRC.format(rows=rows, name=name, param=param, entity=ent.name, out=a.field)
             desc = f"The {a.label} of {_a(ent.name)}, by its {ent.name} id."
             tools[name] = Tool(name, k, a.field, _schema(name, desc, ent), src)
         if k < 2:
             nxt = domain.entities[k + 1].name
             name = f"{verb}_{ent.name}_{nxt}"
             rows = dict(sorted(tables.links[k].items()))
-            src = _LINK_SRC.format(rows=rows, name=name, param=param, entity=ent.name, next=nxt)
+            out = f"{nxt}_id"
+            src = _TOOL_SRC.format(rows=rows, name=name, param=param, entity=ent.name, out=out)
             desc = f"The {nxt} of {_a(ent.name)}: returns the {nxt} id."
             tools[name] = Tool(name, k, None, _schema(name, desc, ent), src)
     if len(tools) != 8:

@@ -15,11 +15,9 @@ another config in the same ``OUT`` is refused with the differences named.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -181,7 +179,7 @@ def _supervised(command: list[str], log: Any, env: dict[str, str]) -> int:
     """Run ``command`` with its output in ``log``; its exit status. It dies with this process
     (a ``kill -9`` of the experiment leaves no stage training on); on Ctrl-C or any error here
     it gets SIGTERM (TRL runs stop cleanly, checkpoints whole), then SIGKILL after a minute."""
-    from training.verl_job import dies_with
+    from training.verl_job import dies_with, stop_group
 
     proc = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
@@ -190,14 +188,7 @@ def _supervised(command: list[str], log: Any, env: dict[str, str]) -> int:
     try:
         return proc.wait()
     except BaseException:
-        for sig, wait in ((signal.SIGTERM, 60.0), (signal.SIGKILL, 5.0)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
-            try:
-                proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        stop_group(proc, grace_s=60.0)
         raise
 
 
@@ -271,7 +262,7 @@ def stage_rl(x: Experiment) -> None:
 
 def stage_eval(x: Experiment, stage: str) -> None:
     """Serve the stage's model once; score it on each split and the BFCL slice."""
-    from serving.server import VLLMServer, load_serve_config
+    from serving.server import VLLMServer, free_port, load_serve_config
 
     ev = x.cfg.eval
     todo = [s for s in ev.splits if not (x.eval_dir(stage, s) / "summary.json").is_file()]
@@ -283,7 +274,7 @@ def stage_eval(x: Experiment, stage: str) -> None:
     for s in todo:
         x.need(x.split_file(s), "arenas")
     cfg = load_serve_config(
-        x.cfg.profile, model=model, port=_free_port(), served_model_name=f"{stage}",
+        x.cfg.profile, model=model, port=free_port(), served_model_name=f"{stage}",
         log_file=x.path("logs", f"vllm-{stage}.log"),
     )  # fmt: skip
     common = ["--temperature", "0", "--concurrency", str(ev.concurrency),
@@ -300,14 +291,6 @@ def stage_eval(x: Experiment, stage: str) -> None:
             x.run(f"eval-{stage}", "eval", "bfcl", "--categories", ev.bfcl_categories,
                   "--limit", str(ev.bfcl_limit), "--out", str(bfcl),
                   "--base-url", srv.base_url, *common, *resume)  # fmt: skip
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def stage_table(x: Experiment) -> None:

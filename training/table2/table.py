@@ -8,12 +8,12 @@ run and of the SFT and RL runs (their loss and reward curves) as ``OUT/report.ht
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from astra_agent.runio import read_json_lines, write_json_atomic, write_text_atomic
+from eval.compare import mean_ci
 
 if TYPE_CHECKING:
     from training.table2.experiment import Experiment
@@ -26,18 +26,6 @@ SPLIT_TITLES = {
     "heldout": "hand-written held-out arenas",
     "bfcl": "BFCL-V3 multi-turn slice",
 }
-
-
-def mean_ci(xs: list[float]) -> tuple[float, float]:
-    """The mean and the half-width of its 95% confidence interval (normal approximation)."""
-    n = len(xs)
-    if not n:
-        return 0.0, 0.0
-    m = sum(xs) / n
-    if n < 2:
-        return m, 0.0
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
-    return m, 1.96 * sd / math.sqrt(n)
 
 
 def cell(run: Path) -> dict[str, Any] | None:
@@ -53,7 +41,7 @@ def cell(run: Path) -> dict[str, Any] | None:
     else:
         scores = [1.0 if r.get("valid") or r.get("passed") else 0.0 for r in graded]
         solved = int(sum(scores))
-    m, half = mean_ci(scores)
+    m, half = mean_ci(scores) or (0.0, 0.0)
     n = len(scores)
     return {
         "n": n, "errors": len(records) - n, "mean": round(m, 4), "ci95": round(half, 4),
@@ -87,7 +75,7 @@ def paired(x: Experiment, a: str, b: str, sets: list[str]) -> dict[str, Any]:
 
 
 def _diff(diffs: list[float], tests: list[dict[str, Any]]) -> dict[str, Any]:
-    m, half = mean_ci(diffs)
+    m, half = mean_ci(diffs) or (0.0, 0.0)
     return {"n": len(diffs), "mean_diff": round(m, 4), "ci95": round(half, 4), "tests": tests}
 
 

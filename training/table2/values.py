@@ -5,6 +5,7 @@ arena matcher's shortest gold answer)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from astra_agent.errors import ConfigError
@@ -36,35 +37,37 @@ _COMPANY_B = ("Mutual", "Partners", "Holdings", "Group", "Trust", "Alliance", "W
               "Collective")  # fmt: skip
 
 
+def _code(rng: random.Random) -> str:
+    return "".join(rng.choice("ABCDEFGHJKLMNPRSTUVWXYZ") for _ in range(2)) + str(
+        rng.randint(100, 999)
+    )
+
+
+def _email(rng: random.Random) -> str:
+    first, last = rng.choice(_FIRST).lower(), rng.choice(_LAST).lower()
+    return f"{first}.{last}{rng.randint(2, 98)}@mail.example"
+
+
+_MAKERS: dict[str, Callable[[random.Random], str]] = {
+    "amount": lambda r: f"{r.randint(12, 9999)}.{r.randint(0, 99):02d}",
+    "date": lambda r: f"{r.randint(2019, 2026)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}",
+    "int": lambda r: str(r.randint(120, 98000)),
+    "year": lambda r: str(r.randint(1901, 2011)),
+    "email": _email,
+    "city": lambda r: r.choice(_CITIES),
+    "person": lambda r: f"{r.choice(_FIRST)} {r.choice(_LAST)}",
+    "phone": lambda r: f"+1-555-{r.randint(100, 999)}-{r.randint(1000, 9999)}",
+    "code": _code,
+    "country": lambda r: r.choice(_COUNTRIES),
+    "company": lambda r: f"{r.choice(_COMPANY_A)} {r.choice(_COMPANY_B)}",
+    "time": lambda r: f"{r.randint(7, 20):02d}:{r.choice(('00', '15', '30', '45'))}",
+}
+
+
 def make_value(attr: Attr, rng: random.Random) -> str:
     """A value of ``attr``'s kind: at least 3 characters, as the tool returns it."""
-    k = attr.kind
-    if k == "amount":
-        return f"{rng.randint(12, 9999)}.{rng.randint(0, 99):02d}"
-    if k == "date":
-        return f"{rng.randint(2019, 2026)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-    if k == "int":
-        return str(rng.randint(120, 98000))
-    if k == "year":
-        return str(rng.randint(1901, 2011))
-    if k == "email":
-        first, last = rng.choice(_FIRST).lower(), rng.choice(_LAST).lower()
-        return f"{first}.{last}{rng.randint(2, 98)}@mail.example"
-    if k == "city":
-        return rng.choice(_CITIES)
-    if k == "person":
-        return f"{rng.choice(_FIRST)} {rng.choice(_LAST)}"
-    if k == "phone":
-        return f"+1-555-{rng.randint(100, 999)}-{rng.randint(1000, 9999)}"
-    if k == "code":
-        letters = "".join(rng.choice("ABCDEFGHJKLMNPRSTUVWXYZ") for _ in range(2))
-        return f"{letters}{rng.randint(100, 999)}"
-    if k == "country":
-        return rng.choice(_COUNTRIES)
-    if k == "company":
-        return f"{rng.choice(_COMPANY_A)} {rng.choice(_COMPANY_B)}"
-    if k == "time":
-        return f"{rng.randint(7, 20):02d}:{rng.choice(('00', '15', '30', '45'))}"
+    if attr.kind != "choice":
+        return _MAKERS[attr.kind](rng)
     if not attr.values:
         raise ConfigError(f"attribute {attr.field!r} of kind choice has no values")
     return rng.choice(attr.values)
