@@ -64,8 +64,11 @@ def error_message(raw: bytes) -> str:
 def decode(raw: bytes) -> Any:
     """A reply body as JSON, a lone surrogate in its strings (``"\\ud800"``: not Unicode, so
     no record holding it could be written) replaced by U+FFFD; :class:`NotJSON` saying why it is
-    not JSON."""
+    not JSON. The one rule for every client of an endpoint (synthesis, the evals): a body that
+    is not UTF-8 is not a reply, whatever charset it claims (``json.loads`` of bytes would take
+    UTF-16 or 32, and a surrogate encoded as UTF-8; ``requests`` would put U+FFFD in it)."""
     try:
+        raw.decode("utf-8")  # strictly, before json.loads picks an encoding of its own
         return loads_text(raw)
     except UnicodeDecodeError as exc:
         raise NotJSON("the body is not UTF-8 text") from exc

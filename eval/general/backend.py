@@ -20,7 +20,9 @@ What it changes, and why:
   JSON list, ``{}``, ``choices: []``, a choice without a message or whose content is not text)
   is retried like a failed request; after the retries it is not an answer: its sample gets a
   :class:`Generation` with ``error`` set (an inference error, which the runner records and
-  leaves out of the metrics), and the run goes on.
+  leaves out of the metrics), and the run goes on. A body is read by the shared client's rule
+  (:func:`astra_agent.http_client.decode`, as synthesis reads it: UTF-8 JSON, whatever charset
+  the reply claims) on lm-eval's sync path and on its async one.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import aiohttp
 import requests
 from lm_eval.models.openai_completions import LocalChatCompletion
 
+from astra_agent import http_client
 from astra_agent.errors import ConfigError
 from eval.general.thinking import answer_after_think
 from eval.runner import EndpointDied
@@ -119,14 +122,13 @@ def _parse_choice(choice: dict[str, Any]) -> Generation:
 
 def _bad_body(exc: BaseException) -> bool:
     """Did the endpoint answer with something that is not a chat completion? (Not JSON, not
-    UTF-8, another content type, or JSON of another shape.)"""
-    bad = NotAChatCompletion | json.JSONDecodeError | UnicodeDecodeError | aiohttp.ContentTypeError
-    return isinstance(exc, bad)
+    UTF-8, or JSON of another shape.)"""
+    return isinstance(exc, NotAChatCompletion | http_client.NotJSON)
 
 
 def _describe(exc: BaseException, timeout_s: float) -> str:
     if _bad_body(exc):
-        return f"the reply is not a chat completion ({_what_body(exc)})"
+        return f"the reply is not a chat completion ({exc})"
     if isinstance(exc, aiohttp.ClientResponseError):
         return f"HTTP {exc.status} {exc.message}".strip()
     if isinstance(exc, requests.HTTPError) and exc.response is not None:
@@ -135,20 +137,6 @@ def _describe(exc: BaseException, timeout_s: float) -> str:
         return f"no answer within {timeout_s:g} s"
     if isinstance(exc, aiohttp.ClientConnectionError | requests.ConnectionError):
         return f"connection failed ({type(exc).__name__}: {exc})"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _what_body(exc: BaseException) -> str:
-    if isinstance(exc, NotAChatCompletion):
-        return str(exc)
-    if isinstance(exc, UnicodeDecodeError):
-        return "the body is not UTF-8 text"
-    if isinstance(exc, json.JSONDecodeError):
-        if not str(exc.doc).strip():
-            return "the body is empty"
-        return f"the body is not JSON: {exc.msg} at character {exc.pos}"
-    if isinstance(exc, aiohttp.ContentTypeError):
-        return f"the body is not JSON: {exc.message}"
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -289,7 +277,7 @@ class AstraChatLM(LocalChatCompletion):
             if self.died is not None:
                 raise asyncio.CancelledError  # the run is over: no more requests
             try:
-                result = await super().amodel_call(*args, **kwargs)
+                result = await self._apost(*args, **kwargs)
             except Exception as exc:
                 if self.died is not None:  # e.g. lm-eval closed the session: the run is over
                     raise asyncio.CancelledError from exc
@@ -306,10 +294,53 @@ class AstraChatLM(LocalChatCompletion):
             self.answered += 1
             return result
 
+    def _post(
+        self, messages: Any, *, generate: bool = True, gen_kwargs: Any = None, **kwargs: Any
+    ) -> Any:
+        """lm-eval's sync request (one attempt), its body read by the shared client's rule:
+        ``requests`` would decode a body that is not UTF-8 with U+FFFD."""
+        payload = self._create_payload(
+            self.create_message(messages), generate, gen_kwargs, self._seed, **kwargs
+        )
+        response = requests.post(
+            self.base_url,
+            json=payload,
+            headers=self.header,
+            verify=self.verify_certificate,
+            timeout=self.timeout,
+        )
+        response.raise_for_status()
+        return http_client.decode(response.content)
+
+    async def _apost(
+        self,
+        session: aiohttp.ClientSession,
+        sem: asyncio.Semaphore,
+        messages: Any,
+        *,
+        cache_keys: list[Any] | None = None,
+        gen_kwargs: Any = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """lm-eval's async request (one attempt; generations only), its body read by the
+        shared client's rule: aiohttp would decode it by the charset the reply claims."""
+        kwargs.pop("generate", None)
+        kwargs.pop("ctxlens", None)
+        payload = self._create_payload(
+            self.create_message(messages), True, gen_kwargs, self._seed, **kwargs
+        )
+        async with sem, session.post(self.base_url, json=payload, headers=self.header) as r:
+            r.raise_for_status()
+            body = http_client.decode(await r.read())
+        answers = self.parse_generations(outputs=body)
+        for answer, key in zip(answers, cache_keys or [], strict=False):
+            self.cache_hook.add_partial("generate_until", key, answer)
+        return answers
+
     def model_call(self, *args: Any, **kwargs: Any) -> Any:
         for attempt in itertools.count():
             try:
-                result = super().model_call(*args, **kwargs)
+                result = self._post(*args, **kwargs)
                 completion_choices(result)
             except Exception as exc:
                 if not isinstance(exc, _ENDPOINT_ERRORS) and not _bad_body(exc):

@@ -323,10 +323,21 @@ async def test_a_stream_with_a_long_line_and_no_done_is_read_whole() -> None:
     assert (turn.reasoning, turn.content, seen) == (long, "ok", [long, "ok"])
 
 
+_COMPLETION = (
+    b'{"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": '
+    b'{"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}'
+)
+
+
 @pytest.mark.parametrize(
     ("body", "words"),
     [
         (b"\xff\xfe not text", "not UTF-8"),
+        # a chat completion whose text is not UTF-8: bytes that are not UTF-8 at all, JSON in
+        # UTF-16 (which json.loads of bytes would take), a surrogate encoded as if in UTF-8
+        (_COMPLETION.replace(b"ok", b"ok \xff"), "not UTF-8"),
+        (_COMPLETION.decode().encode("utf-16"), "not UTF-8"),
+        (_COMPLETION.replace(b"ok", b"ok \xed\xa0\x80"), "not UTF-8"),
         (b"", "the body is empty"),
         (b"<html>proxy</html>", "not JSON"),
     ],

@@ -204,6 +204,36 @@ def test_no_sample_scored_fails_the_run(tmp_path: Path) -> None:
     assert all(r["error_kind"] == "inference" and "exact_match" not in r for r in records(out))
 
 
+# A chat completion, well-formed JSON, whose text is not UTF-8 (bytes 0xFF 0xFE in it).
+NOT_UTF8 = (
+    b'{"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": '
+    b'{"role": "assistant", "content": "Answer: 7 \xff\xfe"}, "finish_reason": "stop"}]}'
+)
+
+
+@pytest.mark.parametrize("charset", ["utf-8", "iso-8859-1"])
+@pytest.mark.parametrize("concurrency", ["1", "3"])  # lm-eval's sync path, its async one
+def test_a_body_that_is_not_utf8_is_an_endpoint_failure_not_an_answer(
+    tmp_path: Path, concurrency: str, charset: str
+) -> None:
+    """The rule of the shared client (astra_agent.http_client.decode, as synthesis reads it):
+    a body that is not UTF-8 is not a reply, whatever charset it claims. Each sample is an
+    inference error (never a text with U+FFFD scored as the answer), and a run in which every
+    sample failed on the endpoint exits 1."""
+    out = tmp_path / "run"
+    bad = Reply(body=NOT_UTF8, content_type=f"application/json; charset={charset}")
+    with ScriptedServer([bad]) as srv:
+        args = ("--base-url", srv.base_url, "--out", str(out), "--limit", "2")
+        res = general(*args, "--concurrency", concurrency, env=FAST_FAIL)
+    assert res.exit_code == 1, res.output
+    assert "no sample of astra_arith could be scored" in res.stderr
+    recs = records(out)
+    assert len(recs) == 2
+    for r in recs:
+        assert r["error_kind"] == "inference" and "not UTF-8 text" in r["error"], r
+        assert r["response"] == "" and "exact_match" not in r
+
+
 def test_retry_errors_reruns_only_the_errors(tmp_path: Path) -> None:
     """--retry-errors sends only the samples recorded as errors (2 and 4: lm-eval numbers
     them 0 and 1 in its requests); their new records replace the old ones, and the figures
