@@ -19,12 +19,10 @@ Both write ``OUTPUT_DIR/verl/`` the same way and run it the same way:
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -33,6 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from astra_agent.errors import AstraError, ConfigError
+from astra_agent.procs import dies_with, stop_group
 from astra_agent.runio import building_dir
 
 _PLAIN = re.compile(r"[\w./-]+")
@@ -211,40 +210,6 @@ def render_launch_script(command: Sequence[str], env: dict[str, str], who: str) 
     return "\n".join(lines) + "\n"
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def dies_with(parent: int) -> Callable[[], None]:
-    """A ``preexec_fn``: the child leads its own process group, takes SIGINT's default, and
-    gets SIGTERM when ``parent`` dies (``kill -9`` included)."""
-    libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork, not in the child
-
-    def setup() -> None:
-        os.setsid()  # its own process group: stopped as a whole
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background job starts with it ignored
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # this process died before prctl took effect
-            os._exit(1)
-
-    return setup
-
-
-def stop_group(proc: subprocess.Popen[Any], grace_s: float = 45.0) -> None:
-    """SIGTERM ``proc``'s process group (a launch script's, an experiment stage's), then
-    SIGKILL what is left after ``grace_s`` (long enough for ``training.verl_launch`` to stop
-    what is below it: up to ≈30 s)."""
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def stream(script: Path, echo: Callable[[str], None], cwd: Path | None = None) -> int:
     """Run ``script`` (from ``cwd``), echoing its output line by line; its exit status. The
     script's process group is stopped if this one is interrupted (Ctrl-C, SIGTERM) and gets
@@ -264,7 +229,8 @@ def stream(script: Path, echo: Callable[[str], None], cwd: Path | None = None) -
                 echo(line.rstrip("\n"))
             return proc.wait()
         except BaseException:
-            stop_group(proc)
+            # long enough for training.verl_launch to stop what is below it (up to ≈30 s)
+            stop_group(proc, grace_s=45.0)
             raise
 
 

@@ -23,7 +23,6 @@ that is set (its own stderr may be a pipe whose reader is gone).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import secrets
 import signal
@@ -32,54 +31,16 @@ import sys
 import time
 from types import FrameType
 
-_PR_SET_CHILD_SUBREAPER = 36
+from astra_agent import procs
+
 GRACE_S = 10.0
 MARK = "ASTRA_LAUNCH_ID"
-
-
-def _table() -> dict[int, int]:
-    """pid → parent pid of every process that has not exited (read from /proc)."""
-    parents: dict[int, int] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return parents
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields and fields[0] not in (b"Z", b"X"):
-            parents[int(name)] = int(fields[1])
-    return parents
-
-
-def _has_mark(pid: int, mark: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return mark in f.read().split(b"\0")
-    except OSError:
-        return False
 
 
 def descendants(root: int, mark: str | None = None) -> list[int]:
     """Live processes below ``root``, and, with ``mark``, those whose environment holds
     ``ASTRA_LAUNCH_ID=mark`` wherever they are."""
-    parents = _table()
-    token = f"{MARK}={mark}".encode() if mark else None
-    out = []
-    for pid in parents:
-        if pid == root:
-            continue
-        p = pid
-        while p in parents and p != root and p > 1:
-            p = parents[p]
-        if p == root or (token is not None and _has_mark(pid, token)):
-            out.append(pid)
-    return out
+    return procs.descendants(root, f"{MARK}={mark}" if mark else None)
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
@@ -132,7 +93,7 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m training.verl_launch COMMAND [ARG…]", file=sys.stderr)
         return 2
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    procs.become_subreaper()
     mark = f"{os.getpid()}-{secrets.token_hex(8)}"
     child = subprocess.Popen(argv, env={**os.environ, MARK: mark}, process_group=0)
     stopped_at: list[float] = []

@@ -19,7 +19,7 @@ import pytest
 from astra_agent.errors import ConfigError, ServerError
 from astra_agent.mcp_config import load_mcp_config, parse_mcp_config
 from astra_agent.mcp_env import MCPEnvironment, assign_names
-from training.verl_launch import descendants
+from astra_agent.procs import descendants
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = REPO / ".mcp-servers" / "node_modules" / ".bin"

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from astra_agent.procs import descendants
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from serving.cli import app
 from tests.conftest import free_port
-from training.verl_launch import descendants
 
 FAKE_VLLM = Path(__file__).with_name("fake_vllm.py")
 runner = CliRunner()

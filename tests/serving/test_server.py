@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from astra_agent.errors import CheckpointError, ConfigError, ServerError
+from astra_agent.procs import group_members
 from serving.server import (
     LogFollower,
     ServeConfig,
     VLLMServer,
     dtype_warning,
-    group_members,
     load_serve_config,
     profile_names,
     vllm_command,

@@ -119,8 +119,8 @@ def test_up_command_serves_until_ctrl_c_and_leaves_nothing(tiny_bf16, tmp_path) 
     import signal
     import time
 
+    from astra_agent.procs import descendants
     from tests.conftest import free_port
-    from training.verl_launch import descendants
 
     port = free_port()
     proc = subprocess.Popen(

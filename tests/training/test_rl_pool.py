@@ -16,9 +16,9 @@ from astra_agent.environment import ToolSpec
 from astra_agent.episode import EpisodeLimits, run_episode
 from astra_agent.errors import ConfigError
 from astra_agent.model import ModelTurn, ToolCall
+from astra_agent.procs import descendants
 from astra_agent.sandbox import SandboxLimits, bwrap_available
 from training.rl.pool import PoolStats, SandboxPool, SandboxPoolError, sources_digest
-from training.verl_launch import descendants
 
 pytestmark = [
     pytest.mark.integration,

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 import yaml
 
+from astra_agent.procs import descendants
 from tests.training.e2e import RLStart, Stages, cli, serve_and_score
-from training.verl_launch import descendants
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
