@@ -22,6 +22,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 DeltaHook = Callable[[str, str], None]
 """``on_delta(kind, text)``: a piece of ``"reasoning"`` or ``"content"`` as it arrives."""
@@ -96,6 +97,26 @@ def recover_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
         calls.append(ToolCall(_new_id(), name, arguments, recovered=True))
     rest = TOOL_CALL_BLOCK.sub("", text).strip()
     return rest, calls
+
+
+def parse_wire_reply(text: str, *, thinks: bool = True) -> tuple[str, str, list[ToolCall]]:
+    """(reasoning, content, calls) of a reply's text as Qwen3's contract reads it: vLLM's
+    ``qwen3`` reasoning parser (``thinks``: ``<think>…</think>`` is reasoning; off, as with no
+    reasoning parser, all of it is content) and its ``hermes`` tool parser (``<tool_call>`` blocks
+    are calls, a malformed one still a call whose error the model then reads)."""
+    reasoning, content = "", text
+    if thinks and THINK_CLOSE in text:
+        before, _, content = text.partition(THINK_CLOSE)
+        reasoning = before.split(THINK_OPEN, 1)[-1]
+    elif thinks and text.lstrip().startswith(THINK_OPEN):  # unclosed: all of it is reasoning
+        reasoning, content = text.split(THINK_OPEN, 1)[1], ""
+    reasoning, content = reasoning.strip("\n"), content.strip("\n")
+    rest, calls = recover_tool_calls(content)
+    if not calls and THINK_CLOSE not in text and "<tool_call>" in reasoning:
+        reasoning, calls = recover_tool_calls(reasoning)  # a call inside an unclosed <think>
+    for c in calls:
+        c.recovered = False  # parsed as the server's parsers would, not a recovery
+    return reasoning, (rest if calls else content), calls
 
 
 def reasoning_field(obj: Any) -> tuple[str, str | None]:

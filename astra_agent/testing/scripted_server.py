@@ -129,7 +129,12 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             )
             return
-        reply = self.server.script(body)
+        try:
+            reply = self.server.script(body)
+        except Exception as exc:  # the script's failure is a 500 with its message, as a server's
+            msg = f"{type(exc).__name__}: {exc}"
+            self._send(500, {"error": {"message": msg, "type": "InternalServerError"}})
+            return
         if reply.delay_s:
             time.sleep(reply.delay_s)
         if reply.body is not None:
@@ -226,6 +231,12 @@ class _HTTPServer(ThreadingHTTPServer):
         self.lock = threading.Lock()
 
 
+def http_server(host: str, port: int, script: Script, model: str) -> ThreadingHTTPServer:
+    """A server answering with ``script`` on ``host:port``, not yet serving: call its
+    ``serve_forever()`` (``serving.hf_server`` puts a real model behind one)."""
+    return _HTTPServer((host, port), script, model)
+
+
 class ScriptedServer:
     """Start on a free loopback port; ``base_url`` ends in ``/v1``."""
 
@@ -320,7 +331,7 @@ def main() -> None:
         reply.delay_s += args.delay
         return reply
 
-    httpd = _HTTPServer(("127.0.0.1", args.port), script, args.model)
+    httpd = http_server("127.0.0.1", args.port, script, args.model)
     print(f"scripted server on http://127.0.0.1:{args.port}/v1", flush=True)
     httpd.serve_forever()
 

@@ -41,7 +41,10 @@ def test_a_shipped_experiment_validates_with_its_sft_and_rl_recipes(recipe: Path
     stage = {"model": "m", "train_files": ["t.parquet"], "output_dir": "o"}
     sft = SFTConfig.model_validate(deep_merge(read_mapping(cfg.sft_recipe), {**stage, **cfg.sft}))
     rl = RLConfig.model_validate(deep_merge(read_mapping(cfg.rl_recipe), {**stage, **cfg.rl}))
-    assert sft.trl.dtype == "auto" and rl.rollout.engine == "vllm" and rl.abf.enabled
+    # where the eval servers are the harness's transformers server (no vLLM), so is rollout
+    engine = "hf" if cfg.serve.get("engine") == "hf" else "vllm"
+    assert sft.trl.dtype == "auto" and rl.rollout.engine == engine and rl.abf.enabled
+    assert sft.trl.device == rl.trl.device == ("cuda" if engine == "hf" else "cpu")
     assert cfg.eval.splits == ["a", "b", "c", "heldout"] and cfg.arenas.heldout_domains is None
 
 

@@ -44,7 +44,7 @@ class RolloutOptions(BaseModel):
 
     engine: Literal["vllm", "hf"] = Field(
         "vllm", description="vllm: a vLLM server, weights reloaded after each update; "
-        "hf: the trainer's own model, one sequence at a time (tests)"
+        "hf: the trainer's own model, concurrent episodes batched (where vLLM is not installed)"
     )  # fmt: skip
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)

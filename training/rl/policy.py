@@ -40,7 +40,8 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from astra_agent.errors import ServerError
-from astra_agent.model import DeltaHook, Model, ModelTurn, recover_tool_calls
+from astra_agent.model import DeltaHook, Model, ModelTurn
+from astra_agent.reply import parse_wire_reply
 from astra_agent.trajectory import TokenRecord
 from training.rl.generate import Sample, Sampling, TokenGenerator
 
@@ -49,7 +50,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 END = "<|im_end|>"
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 class ContextTooLong(ServerError):
@@ -124,21 +124,7 @@ def encode(tokenizer: Any, text: str) -> list[int]:
 
 def parse_reply(text: str) -> tuple[str, str, list[Any]]:
     """(reasoning, content, calls) of a sampled reply, without its end-of-turn token."""
-    if text.endswith(END):
-        text = text[: -len(END)]
-    reasoning, content = "", text
-    if THINK_CLOSE in text:
-        before, _, content = text.partition(THINK_CLOSE)
-        reasoning = before.split(THINK_OPEN, 1)[-1]
-    elif text.lstrip().startswith(THINK_OPEN):  # an unclosed <think>: all of it is reasoning
-        reasoning, content = text.split(THINK_OPEN, 1)[1], ""
-    reasoning, content = reasoning.strip("\n"), content.strip("\n")
-    rest, calls = recover_tool_calls(content)
-    if not calls and THINK_CLOSE not in text and "<tool_call>" in reasoning:
-        reasoning, calls = recover_tool_calls(reasoning)  # a call inside an unclosed <think>
-    for c in calls:
-        c.recovered = False  # parsed as the server's parsers would, not a recovery
-    return reasoning, (rest if calls else content), calls
+    return parse_wire_reply(text.removesuffix(END))
 
 
 def _safely(fn: Callable[[], T]) -> T:

@@ -19,8 +19,8 @@ gives the same value on the same tensors.
 
 Rollouts run on a persistent event loop (``asyncio.Runner``) so that pooled sandboxes and the
 engine's connections live across steps. Engines: ``hf`` samples with the trained model itself
-(one sequence at a time; tests); ``vllm`` samples from a vLLM server whose weights are reloaded
-after every optimizer step (``training.rl.vllm_engine``).
+(concurrent episodes batched; where vLLM is not installed, and tests); ``vllm`` samples from a
+vLLM server whose weights are reloaded after every optimizer step (``training.rl.vllm_engine``).
 """
 
 from __future__ import annotations

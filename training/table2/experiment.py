@@ -75,6 +75,11 @@ class ExperimentConfig(BaseModel):
         None, description="base HF checkpoint (default: SmolLM2-135M-Instruct from its GGUF)"
     )
     profile: str = Field("instruct-cpu", description="astra-serve profile of every model")
+    serve: dict[str, Any] = Field(
+        default_factory=dict,
+        description="overrides of the profile for the eval servers, e.g. {engine: hf, device: "
+        "cuda} where vLLM is not installed",
+    )
     arenas: GenSpec = Field(default_factory=GenSpec)
     reasoning: bool = Field(False, description="reference trajectories carry reasoning")
     sft_recipe: Path = Field(RECIPES / "sft-smollm2-cpu.yaml", description="SFT recipe")
@@ -83,9 +88,26 @@ class ExperimentConfig(BaseModel):
     rl: dict[str, Any] = Field(default_factory=dict, description="overrides of the RL recipe")
     eval: EvalSettings = Field(default_factory=EvalSettings)
 
+    @field_validator("serve")
+    @classmethod
+    def _serve_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from serving.server import ServeConfig
+
+        own = {"model", "port", "served_model_name", "log_file"}
+        bad = sorted(k for k in v if k in own or k not in ServeConfig.model_fields)
+        if bad:
+            raise ValueError(
+                f"{', '.join(bad)} cannot be set here: the experiment sets model, port, name "
+                "and log; the rest must be astra-serve config fields"
+            )
+        return v
+
     def fingerprint(self) -> dict[str, Any]:
-        """What the results depend on: all but where they go and how fast evals run."""
-        data = self.model_dump(mode="json", exclude={"out"})
+        """What the results depend on: all but where they go and how fast evals run (no
+        ``serve`` when it is empty: experiments started before it existed still match)."""
+        data = self.model_dump(
+            mode="json", exclude={"out"} | ({"serve"} if not self.serve else set())
+        )
         data["eval"].pop("concurrency")
         for key in ("sft_recipe", "rl_recipe"):
             data[key] = read_mapping(getattr(self, key))
@@ -179,7 +201,7 @@ def _supervised(command: list[str], log: Any, env: dict[str, str]) -> int:
     """Run ``command`` with its output in ``log``; its exit status. It dies with this process
     (a ``kill -9`` of the experiment leaves no stage training on); on Ctrl-C or any error here
     it gets SIGTERM (TRL runs stop cleanly, checkpoints whole), then SIGKILL after a minute."""
-    from training.verl_job import dies_with, stop_group
+    from astra_agent.procs import dies_with, stop_group
 
     proc = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
@@ -274,7 +296,7 @@ def stage_eval(x: Experiment, stage: str) -> None:
     for s in todo:
         x.need(x.split_file(s), "arenas")
     cfg = load_serve_config(
-        x.cfg.profile, model=model, port=free_port(), served_model_name=f"{stage}",
+        x.cfg.profile, **x.cfg.serve, model=model, port=free_port(), served_model_name=stage,
         log_file=x.path("logs", f"vllm-{stage}.log"),
     )  # fmt: skip
     common = ["--temperature", "0", "--concurrency", str(ev.concurrency),

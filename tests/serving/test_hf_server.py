@@ -1,0 +1,108 @@
+"""``astra-serve up --engine hf``: the harness's transformers server keeps vLLM's contract (the
+same assertions as tests/serving/test_vllm_integration.py, the same endpoint check), on the
+scripted tiny checkpoint and on the real model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from serving.endpoint_check import CHECK_MESSAGES, CHECK_TOOL, check_endpoint
+from serving.server import VLLMServer, free_port, load_serve_config
+
+pytestmark = pytest.mark.integration
+CALL_ARGS = {"timezone": "UTC"}
+
+
+@pytest.fixture(scope="module")
+def hf_server(tiny_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
+    log = tmp_path_factory.mktemp("hf") / "hf.log"
+    cfg = load_serve_config("tiny-cpu", model=tiny_bf16, port=free_port(), engine="hf",
+                            log_file=log, max_model_len=1024)  # fmt: skip
+    with VLLMServer(cfg) as server:
+        yield server
+
+
+def _client(server: VLLMServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0)
+
+
+def test_chat_returns_structured_tool_call_and_reasoning(hf_server: VLLMServer) -> None:
+    r = _client(hf_server).chat.completions.create(
+        model="astra-tiny", messages=CHECK_MESSAGES, tools=[CHECK_TOOL]
+    )
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert not choice.message.content
+    assert choice.message.model_extra["reasoning"] == "Calling the time tool now"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_current_time"
+    assert json.loads(call.function.arguments) == CALL_ARGS
+    assert r.usage.prompt_tokens > 50 and r.usage.completion_tokens > 5
+
+
+def test_after_a_tool_response_the_model_answers(hf_server: VLLMServer) -> None:
+    client = _client(hf_server)
+    first = client.chat.completions.create(
+        model="astra-tiny", messages=CHECK_MESSAGES, tools=[CHECK_TOOL]
+    )
+    call = first.choices[0].message.tool_calls[0]
+    msgs = [
+        *CHECK_MESSAGES,
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "2026-11-30T12:00:00Z"},
+    ]
+    second = client.chat.completions.create(model="astra-tiny", messages=msgs, tools=[CHECK_TOOL])
+    assert second.choices[0].finish_reason == "stop"
+    assert second.choices[0].message.content == "Finished: result above"
+
+
+def test_endpoint_check_passes_strict(hf_server: VLLMServer) -> None:
+    report = check_endpoint(hf_server.base_url)
+    assert report.passed(strict=True), report.checks
+    assert report.replies["stream"].reasoning_field == "reasoning"
+
+
+def test_bad_requests_are_400s_and_the_server_lives_on(hf_server: VLLMServer) -> None:
+    client = _client(hf_server)
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 1024"):
+        client.chat.completions.create(
+            model="astra-tiny", messages=[{"role": "user", "content": "word " * 2000}]
+        )
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        client.chat.completions.create(model="astra-tiny", messages=CHECK_MESSAGES, max_tokens=5000)
+    with pytest.raises(openai.BadRequestError, match="sampling"):
+        client.chat.completions.create(model="astra-tiny", messages=CHECK_MESSAGES, top_p=0)
+    r = httpx.post(f"{hf_server.base_url}/chat/completions", json={"model": "astra-tiny"})
+    assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=CHECK_MESSAGES)
+    assert check_endpoint(hf_server.base_url).passed(strict=True)
+
+
+def test_the_hf_engine_refuses_to_serve_beyond_loopback(tiny_bf16: Path) -> None:
+    from astra_agent.errors import ConfigError
+
+    for over in ({"api_key": "k"}, {"host": "0.0.0.0", "api_key": "k"}):
+        server = VLLMServer(load_serve_config("tiny-cpu", model=tiny_bf16, engine="hf", **over))
+        with pytest.raises(ConfigError, match="loopback without authentication"):
+            server.preflight()
+
+
+def test_the_real_model_answers_in_content(smollm2_bf16: Path, tmp_path: Path) -> None:
+    """SmolLM2 under its non-thinking profile: the answer is content, nothing in reasoning."""
+    cfg = load_serve_config("instruct-cpu", model=smollm2_bf16, port=free_port(), engine="hf",
+                            log_file=tmp_path / "hf.log")  # fmt: skip
+    with VLLMServer(cfg) as server:
+        r = _client(server).chat.completions.create(
+            model="smollm2-135m", temperature=0, max_tokens=30,
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+        )  # fmt: skip
+    msg = r.choices[0].message
+    assert "Paris" in (msg.content or ""), msg
+    assert not (msg.model_extra or {}).get("reasoning")
