@@ -1,4 +1,6 @@
-"""``astra-eval``: score models on the RL arenas (and, coming, BFCL-V3 multi-turn)."""
+"""``astra-eval``: run an eval (BFCL-V3 multi-turn, τ²-bench, the RL arenas, general ability),
+compare two runs, report on runs. The commands and their flags live here; what each eval shows
+(its summary table, its running score) comes from its kind (:mod:`eval.kinds`)."""
 
 from __future__ import annotations
 
@@ -18,11 +20,15 @@ from astra_agent.config import load_config
 from astra_agent.console import cli_errors, console, err_console
 from astra_agent.errors import ConfigError
 from astra_agent.options import comma_names, common_callback, config_flags
+from eval.arenas.kind import ARENAS
 from eval.arenas.runner import ArenaEvalConfig
+from eval.bfcl.kind import BFCL
 from eval.bfcl.runner import BFCLConfig
+from eval.evalkind import EvalKind
+from eval.general.kind import GENERAL
 from eval.general.runner import GeneralEvalConfig
 from eval.runner import ProgressEvent
-from eval.summaries import ArenaSummary, BFCLSummary, Tau2Summary
+from eval.tau2.kind import TAU2
 from eval.tau2.runner import Tau2Config
 
 app = typer.Typer(
@@ -79,27 +85,19 @@ S = TypeVar("S")
 
 
 def _run_eval(
-    label: str,
+    kind: EvalKind,
     config: type[C],
     overrides: dict[str, Any],
     evaluate: Callable[[C, Callable[[Any], None]], Coroutine[Any, Any, S]],
-    score: Callable[[Any], str],
-    show: Callable[[S], None],
 ) -> C:
     """Load an eval's config (flags over ``ASTRA_EVAL_*`` variables), run the eval under the
-    progress bar and ``show`` its summary; returns the config."""
+    progress bar (with the kind's running score) and show its summary (the kind's table);
+    returns the config."""
     cfg = load_config(config, None, overrides, env_prefix=ENV_PREFIX)
-    with _progress(label, score) as hook:
+    with _progress(kind.name, kind.score or (lambda records: "")) as hook:
         summary = asyncio.run(evaluate(cfg, hook))
-    show(summary)
+    kind.show(summary)
     return cfg
-
-
-def _arena_score(records: list[Any]) -> str:
-    from eval.arenas.runner import summarize
-
-    s = summarize(records)
-    return f"reward {s.mean_reward:.3f}  solved {s.fully_solved:.0%}"
 
 
 @arenas_app.callback(invoke_without_command=True)
@@ -122,35 +120,8 @@ def arenas(ctx: typer.Context, *, overrides: dict[str, Any]) -> None:
         raise typer.BadParameter("--data FILE is required (or use `arenas validate FILE`)")
     from eval.arenas.runner import evaluate_arenas
 
-    cfg = _run_eval(
-        "arenas", ArenaEvalConfig, overrides, evaluate_arenas, _arena_score, _print_arenas
-    )
+    cfg = _run_eval(ARENAS, ArenaEvalConfig, overrides, evaluate_arenas)
     console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
-
-
-def _print_arenas(summary: ArenaSummary) -> None:
-    table = Table(title=f"arenas: {summary.tasks} tasks, model {summary.model}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key in (
-        "mean_reward",
-        "fully_solved",
-        "mean_recall",
-        "mean_precision",
-        "tool_calls_per_task",
-        "wall_s",
-    ):
-        table.add_row(key, str(getattr(summary, key)))
-    table.add_row("errors", ", ".join(f"{k}={v}" for k, v in summary.errors.items()) or "none")
-    table.add_row("terminations", ", ".join(f"{k}={v}" for k, v in summary.terminations.items()))
-    console.print(table)
-    domains = Table(title="by domain")
-    for col in ("domain", "tasks", "mean_reward", "fully_solved"):
-        domains.add_column(col, justify="left" if col == "domain" else "right")
-    for name, row in summary.domains.items():
-        reward, solved = f"{row.mean_reward:.4f}", f"{row.fully_solved:.0%}"
-        domains.add_row(escape(name), str(row.tasks), reward, solved)
-    console.print(domains)
 
 
 @arenas_app.command("validate")
@@ -187,12 +158,6 @@ def validate(
         raise typer.Exit(1)
 
 
-def _bfcl_score(records: list[Any]) -> str:
-    from eval.bfcl.runner import summarize
-
-    return "  ".join(f"{c} {a:.1f}" for c, a in summarize(records).accuracy.items())
-
-
 def _set_names(overrides: dict[str, Any], key: str, text: str | None, example: str) -> None:
     """The names of the comma-separated flag ``--KEY`` (when given) into ``overrides[key]``;
     a flag that names none (``,``, blanks) or one name twice is a usage error."""
@@ -223,38 +188,8 @@ def bfcl(
 
     _set_names(overrides, "categories", categories, "base,miss_func")
     _set_names(overrides, "ids", ids, "multi_turn_base_0")
-    cfg = _run_eval("bfcl", BFCLConfig, overrides, evaluate_bfcl, _bfcl_score, _print_bfcl)
+    cfg = _run_eval(BFCL, BFCLConfig, overrides, evaluate_bfcl)
     console.print(f"results: {cfg.out}/results.jsonl, summary.json, leaderboard.csv")
-
-
-def _print_bfcl(summary: BFCLSummary) -> None:
-    from eval.bfcl.runner import PUBLISHED, overall_label
-
-    cats = ("base", "miss_func", "miss_param", "long_context")
-    table = Table(title=f"BFCL-V3 multi-turn: {summary.entries} entries, {summary.model}")
-    for col in ("model", "overall", *cats):
-        table.add_column(col, justify="right")
-    acc = summary.accuracy
-    partial = summary.overall_partial
-    table.add_row(
-        f"{summary.model} (measured)",
-        f"{summary.overall:.2f}" + (" (partial)" if partial else ""),
-        *(f"{acc[c]:.2f}" if c in acc else "-" for c in cats),
-    )
-    for name, row in PUBLISHED.items():
-        table.add_row(
-            f"{name} (published)",
-            f"{row['overall']:.2f}",
-            *(f"{row[c]:.2f}" if c in row else "-" for c in cats),
-        )
-    console.print(table)
-    if partial:
-        console.print(
-            f"{overall_label(acc, partial)}: the mean of {len(acc)} of 4 categories, not "
-            "comparable with the published overall"
-        )
-    if summary.errors:
-        console.print("failures: " + ", ".join(f"{k}={v}" for k, v in summary.errors.items()))
 
 
 @bfcl_app.command("parity")
@@ -358,13 +293,6 @@ def bfcl_score(
     console.print(f"scores: {summary['score_dir']}")
 
 
-def _tau2_score(records: list[Any]) -> str:
-    from eval.tau2.runner import summarize
-
-    s = summarize(records, trials=1)
-    return "  ".join(f"{d} {row.mean_reward:.2f}" for d, row in s.domains.items() if row.scored)
-
-
 @app.command("tau2")
 @cli_errors
 @config_flags(
@@ -405,49 +333,8 @@ def tau2(
 
     _set_names(overrides, "domains", domains, "retail,telecom")
     _set_names(overrides, "tasks", tasks, "0,1")
-    cfg = _run_eval("tau2", Tau2Config, overrides, evaluate_tau2, _tau2_score, _print_tau2)
+    cfg = _run_eval(TAU2, Tau2Config, overrides, evaluate_tau2)
     console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
-
-
-def _print_tau2(summary: Tau2Summary) -> None:
-    from eval.tau2.runner import PUBLISHED
-
-    trials = summary.trials or 1
-    ks = [str(k) for k in range(1, trials + 1)]
-    table = Table(title=f"τ²-bench: {summary.conversations} conversations, model {summary.model}")
-    for col in ("domain", "tasks", "scored", "errors", *(f"pass^{k}" for k in ks)):
-        table.add_column(col, justify="left" if col == "domain" else "right")
-    for name, row in summary.domains.items():
-        figures = [f"{100 * row.pass_hat_k[k]:.2f}" if k in row.pass_hat_k else "-" for k in ks]
-        table.add_row(escape(name), str(row.tasks), str(row.scored), str(row.errors), *figures)
-    console.print(table)
-    if summary.overall_pass_1 is not None:
-        console.print(
-            f"overall pass^1: {100 * summary.overall_pass_1:.2f} (the mean of "
-            f"{', '.join(summary.domains)})"
-        )
-    paper = {"retail", "telecom"}
-    if set(summary.domains) != paper or any(row.tasks != 114 for row in summary.domains.values()):
-        console.print(
-            "not the paper's task set (all 114 tasks of retail and of telecom): the published "
-            "figures below are for reference only"
-        )
-    published = "; ".join(
-        f"{m} " + " / ".join(f"{k} {v:.2f}" for k, v in row.items()) for m, row in PUBLISHED.items()
-    )
-    console.print(f"published (ASTRA paper, pass^1, user simulator GPT-5.1): {published}")
-    user = summary.user_simulator
-    data = summary.data
-    console.print(
-        f"τ² data: inspect-evals {data.get('inspect_evals')} (task version "
-        f"{data.get('tau2_task_version')}); user simulator: {escape(str(user.get('model')))} at "
-        f"temperature {user.get('temperature')}: figures compare only with runs of the same two"
-    )
-    if summary.errors:
-        console.print(
-            f"{summary.errors} conversation(s) could not be played (not scored; see "
-            "results.jsonl): --retry-errors re-runs them"
-        )
 
 
 @app.command("compare")
@@ -518,26 +405,7 @@ def general(
     cfg = load_config(GeneralEvalConfig, None, overrides, env_prefix=ENV_PREFIX)
     err_console.print(f"general: {', '.join(cfg.tasks)} against {cfg.model.base_url}")
     summary = evaluate_general(cfg)
-    table = Table(title=f"general: {summary.samples} samples, model {summary.model}")
-    for col in ("task", "metric", "value"):
-        table.add_column(col, justify="left" if col != "value" else "right")
-    for task, metrics in summary.tasks.items():
-        for name, value in metrics.items():
-            table.add_row(escape(task), escape(name), f"{value:.4f}")
-    console.print(table)
-    for note in summary.notes:
-        console.print(f"note: {escape(note)}")
-    if summary.errors:
-        console.print(
-            f"{summary.errors} of {summary.samples} sample(s) got no usable reply "
-            "(inference errors, left out of the metrics; see results.jsonl): "
-            "--retry-errors re-runs them"
-        )
-    aime = summary.published["AIME"]
-    console.print(
-        f"published AIME (paper): {' / '.join(f'{x:.2f}' for x in aime['figures'])} for "
-        f"{' / '.join(aime['models'])} (which is which: unconfirmed); compare like with like"
-    )
+    GENERAL.show(summary)
     console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
 
 

@@ -16,176 +16,63 @@ the reward differences (given at least :data:`MIN_PAIRS` non-zero ones), and for
 test over its tasks (:func:`eval.tau2.runs.sign_test`). Accuracies, per
 category or domain and overall, are fractions (0..1) over the compared entries only, so that
 A and B are measured on the same entries.
+
+This module knows no eval: each kind that pairs its runs gives an :class:`eval.stats.Pairing`
+(in its package's ``kind.py``, listed in :mod:`eval.kinds`): how an id's two records make a
+:class:`~eval.stats.Row`, its tests, whether two runs are comparable, its extra JSON and
+tables. The value types (:class:`~eval.stats.Row`, :class:`~eval.stats.PairedTest`,
+:class:`~eval.stats.Comparison`) and the tests live in :mod:`eval.stats`.
 """
 
 from __future__ import annotations
 
-import re
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from rich.markup import escape
 from rich.table import Table
 
 from astra_agent.errors import ConfigError
 from astra_agent.runio import write_json_atomic
-from eval.results import EvalRecord
+from eval.evalkind import EvalKind
+from eval.kinds import COMPARABLE
+from eval.rundir import detect_kind, load_run, typed_records
+from eval.stats import (
+    CHANGED,
+    COUNTED,
+    EPS,
+    MIN_PAIRS,
+    Change,
+    Comparison,
+    Direction,
+    PairedTest,
+    Row,
+    mcnemar,
+    mean_ci,
+    natural_key,
+    wilcoxon_rewards,
+)
 
-if TYPE_CHECKING:
-    from eval.tau2.runs import TaskRow
-
-Kind = Literal["bfcl", "arenas", "tau2"]
-Change = Literal[
-    "fixed", "broken", "changed_error", "both_fail", "both_pass", "error", "only_a", "only_b"
+__all__ = [
+    "CHANGED",
+    "COUNTED",
+    "EPS",
+    "MIN_PAIRS",
+    "Change",
+    "Comparison",
+    "Direction",
+    "PairedTest",
+    "Row",
+    "compare_runs",
+    "mcnemar",
+    "mean_ci",
+    "natural_key",
+    "render_table",
+    "wilcoxon_rewards",
+    "write_comparison",
 ]
-Direction = Literal["up", "down", "same"]
-MIN_PAIRS = 6  # non-zero reward differences below which no Wilcoxon test is run
-EPS = 1e-9  # rewards closer than this are the same
-COUNTED = ("fixed", "broken", "changed_error", "both_fail", "both_pass")
-CHANGED = ("broken", "fixed", "changed_error")  # listed first, in this order
-
-
-@dataclass(frozen=True)
-class Row:
-    """One id: its change, its category (BFCL) or domain (arenas, τ²), and each run's verdict
-    (BFCL, τ²: passed; arenas: the reward; None where the run has no verdict: not there, or an
-    error) with why it failed."""
-
-    id: str
-    change: Change
-    group: str
-    a: bool | float | None
-    b: bool | float | None
-    a_error: str | None = None
-    b_error: str | None = None
-    a_solved: bool | None = None  # arenas
-    b_solved: bool | None = None
-    reward: Direction | None = None  # arenas, compared rows
-
-    @property
-    def compared(self) -> bool:
-        return self.change in COUNTED
-
-
-@dataclass(frozen=True)
-class PairedTest:
-    """A significance test: ``statistic`` and ``p_value`` are None where it could not run
-    (``note`` says why)."""
-
-    name: str
-    statistic: float | None
-    p_value: float | None
-    n: int
-    note: str
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Run B against run A: one row per id of either run (in natural id order), the paired
-    tests, what was missing from the runs (``warnings``), and for τ² one row per task."""
-
-    kind: Kind
-    names: tuple[str, str]
-    models: tuple[str | None, str | None]
-    rows: tuple[Row, ...]
-    tests: tuple[PairedTest, ...]
-    warnings: tuple[str, ...] = field(default=())
-    tasks: tuple[TaskRow, ...] = field(default=())  # τ²
-
-    @property
-    def group_key(self) -> str:
-        return "category" if self.kind == "bfcl" else "domain"
-
-    def counts(self) -> dict[str, int]:
-        c: Counter[str] = Counter(r.change for r in self.rows)
-        out = {k: c[k] for k in COUNTED}
-        out |= {"errors": c["error"], "only_a": c["only_a"], "only_b": c["only_b"]}
-        if self.kind == "arenas":
-            d = Counter(r.reward for r in self.rows if r.compared)
-            out |= {f"reward_{k}": d[k] for k in ("up", "down", "same")}
-        return out
-
-    def groups(self) -> dict[str, dict[str, float | int]]:
-        """Per category (BFCL, in the official order) or domain: {a, b, n} (+ rewards)."""
-        names = sorted({r.group for r in self.rows if r.compared}, key=_group_order)
-        rows = [r for r in self.rows if r.compared]
-        return {g: _accuracy([r for r in rows if r.group == g], self.kind) for g in names}
-
-    def overall(self) -> dict[str, float | int]:
-        return _accuracy([r for r in self.rows if r.compared], self.kind)
-
-    def changed(self) -> list[Row]:
-        """The rows whose verdict changed (broken first), then (arenas) whose reward did."""
-        order = {c: i for i, c in enumerate(CHANGED)}
-        moved = [r for r in self.rows if r.change in order]
-        moved.sort(key=lambda r: order[r.change])
-        return moved + [
-            r for r in self.rows if r.change not in order and r.reward in ("up", "down")
-        ]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The comparison as JSON-able data (``astra-eval compare --json``, the report)."""
-        out: dict[str, Any] = {
-            "kind": self.kind,
-            "names": list(self.names),
-            "models": list(self.models),
-            "counts": self.counts(),
-            "overall": self.overall(),
-            "groups": self.groups(),
-            "tests": [asdict(t) for t in self.tests],
-            "rows": [_row_dict(r, self.kind) for r in self.rows],
-            "warnings": list(self.warnings),
-        }
-        if self.kind == "tau2":
-            from eval.tau2.runs import task_counts
-
-            out["task_counts"] = task_counts(self.tasks)
-            out["tasks"] = [asdict(t) for t in self.tasks]
-        return out
-
-
-def _row_dict(r: Row, kind: Kind) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "id": r.id,
-        "change": r.change,
-        "category" if kind == "bfcl" else "domain": r.group,
-    }
-    row |= {"a": r.a, "b": r.b, "a_error": r.a_error, "b_error": r.b_error}
-    if kind == "arenas":
-        row |= {"a_solved": r.a_solved, "b_solved": r.b_solved, "reward": r.reward}
-    return row
-
-
-def _accuracy(rows: list[Row], kind: Kind) -> dict[str, float | int]:
-    n = len(rows)
-    if kind == "arenas":  # pass = fully solved; the mean rewards too
-        return {
-            "a": _frac(sum(bool(r.a_solved) for r in rows), n),
-            "b": _frac(sum(bool(r.b_solved) for r in rows), n),
-            "n": n,
-            "a_reward": _frac(sum(float(r.a or 0) for r in rows), n),
-            "b_reward": _frac(sum(float(r.b or 0) for r in rows), n),
-        }
-    a, b = sum(r.a is True for r in rows), sum(r.b is True for r in rows)
-    return {"a": _frac(a, n), "b": _frac(b, n), "n": n}
-
-
-def _frac(x: float, n: int) -> float:
-    return round(x / n, 4) if n else 0.0
-
-
-def _group_order(name: str) -> tuple[int, str]:
-    from eval.bfcl.official import CATEGORIES
-
-    return (CATEGORIES.index(name), "") if name in CATEGORIES else (len(CATEGORIES), name)
-
-
-def natural_key(text: str) -> list[tuple[int, int, str]]:
-    """``multi_turn_base_2`` before ``multi_turn_base_10``."""
-    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", text)]
 
 
 # ------------------------------------------------------------------ reading the runs
@@ -194,30 +81,33 @@ def natural_key(text: str) -> list[tuple[int, int, str]]:
 @dataclass(frozen=True)
 class _Run:
     path: Path
-    records: dict[str, Any]  # id → BFCLRecord | ArenaRecord | Tau2Record
+    records: dict[str, Any]  # id → the kind's record
     model: str | None
     fingerprint: dict[str, Any]
     summary: dict[str, Any] | None
 
 
-def _kind(path: Path) -> Kind:
-    from eval.rundir import detect_kind
+def _or(words: Sequence[str]) -> str:
+    """``a, b or c``."""
+    return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else "".join(words)
 
+
+def _kind(path: Path) -> EvalKind:
     kind = detect_kind(path)
-    if kind not in ("bfcl", "arenas", "tau2"):
+    comparable = {k.name: k for k in COMPARABLE}
+    if kind not in comparable:
+        whats = [k.pairing.what for k in COMPARABLE if k.pairing is not None]
+        commands = [f"`astra-eval {k.name}`" for k in COMPARABLE]
         raise ConfigError(
-            f"{path} is a {kind} run: compare takes BFCL, arena or τ² runs",
-            hint="give the directories of two runs of `astra-eval bfcl`, `astra-eval arenas` "
-            "or `astra-eval tau2`",
+            f"{path} is a {kind} run: compare takes {_or(whats)} runs",
+            hint=f"give the directories of two runs of {_or(commands)}",
         )
-    return "bfcl" if kind == "bfcl" else "tau2" if kind == "tau2" else "arenas"
+    return comparable[kind]
 
 
 def _load(path: Path, warnings: list[str]) -> _Run:
     """The run's records by id (the later of two with one id wins), read without writing to
     the directory (it may be a run still appending); what is missing becomes a warning."""
-    from eval.rundir import load_run, typed_records
-
     run = load_run(path)
     warnings += [f"{path}: {p}" for p in run.problems]
     typed, bad = typed_records(run.kind, run.records)
@@ -237,28 +127,27 @@ def _load(path: Path, warnings: list[str]) -> _Run:
     )
 
 
-_KINDS = {"bfcl": "a BFCL", "arenas": "an arena", "tau2": "a τ²"}
-
-
 def compare_runs(a: Path, b: Path) -> Comparison:
-    """Compare run ``b`` with run ``a`` (both of ``astra-eval bfcl``, ``arenas`` or ``tau2``),
-    entry by entry. Runs of different kinds, a directory that is not a run, two runs with no
-    id in common, or τ² runs of different data or user simulators are ConfigErrors; a
-    half-written run is compared as far as it goes, with a warning."""
-    kind_a, kind_b = _kind(a), _kind(b)
-    if kind_a != kind_b:
+    """Compare run ``b`` with run ``a`` (both of one eval kind that pairs its runs: BFCL, the
+    arenas, τ²), entry by entry. Runs of different kinds, a directory that is not a run, two
+    runs with no id in common, or runs the kind finds not comparable (τ²: other data or user
+    simulator) are ConfigErrors; a half-written run is compared as far as it goes, with a
+    warning."""
+    kind, kind_b = _kind(a), _kind(b)
+    pairing = kind.pairing
+    assert pairing is not None and kind_b.pairing is not None  # _kind: comparable kinds only
+    if kind.name != kind_b.name:
+        two = [f"two {k.pairing.what} runs" for k in COMPARABLE if k.pairing is not None]
         raise ConfigError(
-            f"cannot compare runs of different kinds: {a} is {_KINDS[kind_a]} run, "
-            f"{b} {_KINDS[kind_b]} run",
-            hint="compare two BFCL runs, two arena runs or two τ² runs",
+            f"cannot compare runs of different kinds: {a} is {pairing.noun} run, "
+            f"{b} {kind_b.pairing.noun} run",
+            hint=f"compare {_or(two)}",
         )
     warnings: list[str] = []
     ra, rb = _load(a, warnings), _load(b, warnings)
-    if kind_a == "tau2":
-        from eval.tau2.runs import check_comparable
-
+    if pairing.comparable is not None:
         pair = (ra.fingerprint, rb.fingerprint)
-        warnings += check_comparable((a, b), pair, (ra.summary, rb.summary))
+        warnings += pairing.comparable((a, b), pair, (ra.summary, rb.summary))
     if not ra.records.keys() & rb.records.keys():
         raise ConfigError(
             f"{a} and {b} have no entry in common ({len(ra.records)} and {len(rb.records)} ids)",
@@ -267,169 +156,19 @@ def compare_runs(a: Path, b: Path) -> Comparison:
     data = "data_sha256"
     if ra.fingerprint.get(data) and ra.fingerprint.get(data) != rb.fingerprint.get(data):
         warnings.append("the runs used different task files: one id may be two different tasks")
-    rows = _rows(kind_a, ra.records, rb.records)
-    tasks: list[TaskRow] = []
-    if kind_a == "tau2":
-        from eval.tau2.runs import sign_test, task_rows
-
-        tasks = task_rows(rows)
-        tests = [*_verdict_tests(rows, "conversations, paired by id"), sign_test(tasks)]
-    else:
-        tests = _verdict_tests(rows) if kind_a == "bfcl" else _arena_tests(rows)
+    ids = sorted(ra.records.keys() | rb.records.keys(), key=natural_key)
+    rows = [pairing.row(i, ra.records.get(i), rb.records.get(i)) for i in ids]
+    tests, tasks = pairing.tests(rows)
     return Comparison(
-        kind=kind_a,
+        kind=kind.name,
         names=(str(a), str(b)),
         models=(ra.model, rb.model),
         rows=tuple(rows),
         tests=tuple(tests),
+        pairing=pairing,
         warnings=tuple(warnings),
         tasks=tuple(tasks),
     )
-
-
-# ------------------------------------------------------------------ classification
-
-
-def _rows(kind: Kind, a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
-    one = {"bfcl": _bfcl_row, "arenas": _arena_row, "tau2": _tau2_row}[kind]
-    return [one(i, a.get(i), b.get(i)) for i in sorted(a.keys() | b.keys(), key=natural_key)]
-
-
-def _verdict_change(pa: bool, pb: bool) -> Change:
-    if pa != pb:
-        return "fixed" if pb else "broken"
-    return "both_pass" if pa else "both_fail"
-
-
-def _presence(ra: EvalRecord | None, rb: EvalRecord | None) -> Change | None:
-    """The change of an id that is not compared: in one run only, or an error in either."""
-    if ra is None:
-        return "only_b"
-    if rb is None:
-        return "only_a"
-    if ra.error_kind is not None or rb.error_kind is not None:
-        return "error"
-    return None
-
-
-def _bfcl_row(id_: str, ra: Any, rb: Any) -> Row:
-    def why(r: Any) -> str | None:
-        if r is None or r.valid:
-            return None
-        return str(r.error or r.error_type) if r.error_kind else r.error_type
-
-    def verdict(r: Any) -> bool | None:
-        return None if r is None or r.error_kind else bool(r.valid)
-
-    change = _presence(ra, rb)
-    if change is None:
-        change = _verdict_change(ra.valid, rb.valid)
-        if change == "both_fail" and ra.error_type != rb.error_type:
-            change = "changed_error"
-    group = (ra or rb).category
-    return Row(id_, change, group, verdict(ra), verdict(rb), why(ra), why(rb))
-
-
-def _arena_row(id_: str, ra: Any, rb: Any) -> Row:
-    def why(r: Any) -> str | None:
-        if r is None:
-            return None
-        if r.error_kind:
-            return str(r.error or r.error_kind)
-        return None if r.termination == "stop" else f"termination: {r.termination}"
-
-    def reward(r: Any) -> float | None:
-        return None if r is None or r.error_kind else float(r.reward)
-
-    def solved(r: Any) -> bool | None:
-        return None if r is None or r.error_kind else bool(r.fully_solved)
-
-    change = _presence(ra, rb)
-    direction: Direction | None = None
-    if change is None:
-        change = _verdict_change(ra.fully_solved, rb.fully_solved)
-        diff = rb.reward - ra.reward
-        direction = "same" if abs(diff) <= EPS else "up" if diff > 0 else "down"
-    group = (ra or rb).domain or "(none)"
-    return Row(
-        id_, change, group, reward(ra), reward(rb), why(ra), why(rb),
-        a_solved=solved(ra), b_solved=solved(rb), reward=direction,
-    )  # fmt: skip
-
-
-def _tau2_row(id_: str, ra: Any, rb: Any) -> Row:
-    def why(r: Any) -> str | None:
-        if r is None or r.reward == 1.0:
-            return None
-        if r.error_kind:
-            return str(r.error or r.error_kind)
-        first = (r.explanation or "failed").strip().splitlines() or ["failed"]
-        return first[0][:200]
-
-    def verdict(r: Any) -> bool | None:
-        return None if r is None or r.error_kind or r.reward is None else r.reward == 1.0
-
-    change = _presence(ra, rb)
-    if change is None:
-        change = _verdict_change(ra.reward == 1.0, rb.reward == 1.0)
-    group = (ra or rb).domain
-    return Row(id_, change, group, verdict(ra), verdict(rb), why(ra), why(rb))
-
-
-# ------------------------------------------------------------------ tests
-
-
-def mcnemar(fixed: int, broken: int, what: str = "verdicts") -> PairedTest:
-    """The exact McNemar test: two-sided binomial test of ``fixed`` of the discordant pairs
-    against p = 1/2. ``statistic`` is ``fixed``, ``n`` the discordant pairs."""
-    from scipy.stats import binomtest
-
-    name = f"McNemar exact ({what})"
-    n = fixed + broken
-    if n == 0:
-        return PairedTest(name, None, None, 0, "no discordant pairs: the runs agree on every entry")
-    p = float(binomtest(fixed, n, 0.5).pvalue)
-    return PairedTest(name, float(fixed), p, n, f"{fixed} fixed vs {broken} broken (two-sided)")
-
-
-def mean_ci(xs: Sequence[float]) -> tuple[float, float] | None:
-    """The mean of ``xs`` and the half-width of its 95% confidence interval (normal
-    approximation); None for no values."""
-    n = len(xs)
-    if not n:
-        return None
-    m = sum(xs) / n
-    sd = (sum((x - m) ** 2 for x in xs) / (n - 1)) ** 0.5 if n > 1 else 0.0
-    return m, 1.96 * sd / n**0.5
-
-
-def wilcoxon_rewards(diffs: list[float]) -> PairedTest:
-    """The Wilcoxon signed-rank test on paired reward differences (B − A); zeros are dropped,
-    and under :data:`MIN_PAIRS` non-zero ones no test is run. ``statistic`` is scipy's (the
-    smaller rank sum), ``n`` the non-zero differences."""
-    from scipy.stats import wilcoxon
-
-    name = "Wilcoxon signed-rank (reward)"
-    nonzero = [d for d in diffs if abs(d) > EPS]
-    mean = sum(diffs) / len(diffs) if diffs else 0.0
-    about = f"mean difference B − A {mean:+.4f} over {len(diffs)} tasks"
-    if len(nonzero) < MIN_PAIRS:
-        note = f"too few pairs: {len(nonzero)} non-zero differences (needs {MIN_PAIRS}); {about}"
-        return PairedTest(name, None, None, len(nonzero), note)
-    res = wilcoxon(nonzero)
-    return PairedTest(name, float(res.statistic), float(res.pvalue), len(nonzero), about)
-
-
-def _verdict_tests(rows: list[Row], what: str = "verdicts") -> list[PairedTest]:
-    c = Counter(r.change for r in rows)
-    return [mcnemar(c["fixed"], c["broken"], what)]
-
-
-def _arena_tests(rows: list[Row]) -> list[PairedTest]:
-    compared = [r for r in rows if r.compared]
-    diffs = [float(r.b or 0) - float(r.a or 0) for r in compared]
-    c = Counter(r.change for r in compared)
-    return [wilcoxon_rewards(diffs), mcnemar(c["fixed"], c["broken"], "fully solved")]
 
 
 # ------------------------------------------------------------------ output
@@ -465,8 +204,7 @@ def _pct(x: float) -> str:
 
 
 def _runs_table(c: Comparison) -> Table:
-    what = {"bfcl": "BFCL", "arenas": "arena", "tau2": "τ²"}[c.kind]
-    t = Table(title=f"compare: two {what} runs")
+    t = Table(title=f"compare: two {c.pairing.what} runs")
     for col in ("run", "directory", "model", "entries"):
         t.add_column(col, justify="right" if col == "entries" else "left")
     for side, name, model, absent in zip(
@@ -484,7 +222,7 @@ def _counts_table(c: Comparison) -> Table:
     t.add_column("entries", justify="right")
     label = {"errors": "errors (not compared)", "only_a": "only in A", "only_b": "only in B"}
     for key, value in counts.items():
-        if key != "changed_error" or c.kind == "bfcl":
+        if key != "changed_error" or c.pairing.error_types:
             t.add_row(label.get(key, key.replace("_", " ")), str(value))
     return t
 
@@ -503,14 +241,14 @@ def _tests_table(c: Comparison) -> Table:
 def _groups_table(c: Comparison) -> Table:
     t = Table(title=f"by {c.group_key} (compared entries)")
     cols = [c.group_key, "n", "A", "B", "Δ pts"]
-    if c.kind == "arenas":
+    if c.pairing.rewards:
         cols = [c.group_key, "n", "A solved", "B solved", "Δ pts", "A reward", "B reward"]
     for col in cols:
         t.add_column(col, justify="left" if col == c.group_key else "right")
     for name, g in [*c.groups().items(), ("all", c.overall())]:
         cells = [escape(name), str(g["n"]), _pct(g["a"]), _pct(g["b"])]
         cells.append(f"{100 * (g['b'] - g['a']):+.1f}")
-        if c.kind == "arenas":
+        if c.pairing.rewards:
             cells += [f"{g['a_reward']:.4f}", f"{g['b_reward']:.4f}"]
         t.add_row(*cells)
     return t
@@ -535,10 +273,6 @@ def render_table(c: Comparison, show: int = 20) -> list[Table]:
     tasks by change per domain, and the first ``show`` changed entries and (τ²) tasks (none
     when ``show`` is 0)."""
     tables = [_runs_table(c), _counts_table(c), _tests_table(c), _groups_table(c)]
-    if c.kind == "tau2":
-        from eval.tau2.runs import changed_tasks_table, tasks_table
-
-        tables.append(tasks_table(c))
-        if show > 0 and (moved := changed_tasks_table(c, show)) is not None:
-            tables.append(moved)
+    if c.pairing.tables is not None:
+        tables += c.pairing.tables(c, show)
     return [*tables, _changed_table(c, show)] if show > 0 and c.changed() else tables

@@ -61,14 +61,20 @@ R = TypeVar("R", bound=EvalRecord)
 
 
 class RunMeta(BaseModel):
-    """``config.json``: the fingerprint that ``--resume`` compares, and the endpoint (only
+    """``config.json``: the run's eval kind (:mod:`eval.kinds`; runs written before it was
+    recorded lack it), the fingerprint that ``--resume`` compares, and the endpoint (only
     warned about when it differs)."""
 
     model_config = ConfigDict(extra="forbid")
 
     format: int = FORMAT
+    kind: str | None = None
     fingerprint: dict[str, Any]
     base_url: str | None = None
+
+    def written(self) -> dict[str, Any]:
+        """``config.json`` as written: without ``kind`` where it is not known."""
+        return self.model_dump(mode="json", exclude={"kind"} if self.kind is None else None)
 
 
 def model_fingerprint(config: ModelConfig, served_model: str) -> dict[str, Any]:
@@ -151,7 +157,7 @@ def prepare_results_dir(out: Path, meta: RunMeta, resume: bool, record: type[R])
                 hint="use another --out",
             )
         _check_same_run(out, _read_meta(config), meta)
-    write_json_atomic(config, meta.model_dump(mode="json"))
+    write_json_atomic(config, meta.written())
     return read_results(results, record)
 
 

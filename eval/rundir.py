@@ -1,11 +1,13 @@
 """Run directories as readers (the report, comparisons) find them: which kind of run a directory
 holds, and what is in it — read without changing anything, half-written runs included.
 
-Six kinds, told apart by the files their writers leave:
+The eval kinds of :mod:`eval.kinds` and the two training kinds, told apart by the files their
+writers leave:
 
-* ``bfcl``, ``arenas``, ``general``, ``tau2`` (``astra-eval``): ``config.json`` (the
-  fingerprint), ``results.jsonl`` (one record per entry; the later of two with one id wins),
-  ``summary.json`` (written at the end of a run);
+* the eval kinds (``astra-eval``): ``config.json`` (the kind and the fingerprint; a run
+  written before the kind was recorded is recognised by its fields:
+  :class:`eval.evalkind.Guess`), ``results.jsonl`` (one record per entry; the later of two
+  with one id wins), ``summary.json`` (written at the end of a run);
 * ``sft``, ``rl`` (``astra-train``): ``astra-sft.json`` / ``astra-rl.json`` (the fingerprint),
   ``metrics.jsonl`` (one record per logged step; verl's file logger writes ``verl/metrics.jsonl``
   as ``{"step", "data"}``), ``final/`` once training finished.
@@ -18,9 +20,10 @@ eval's own reader cuts a torn tail; this one may be reading a run that is still 
 A run directory may hold anything: files are read through :mod:`eval.runfiles` (regular files
 only, bounded, symlink loops named), and what the report consumes is validated, strictly, before
 it is used: each record against its eval's record class (fields this version does not know are
-ignored), each metrics line for its step, each summary against its model in
-:mod:`eval.summaries`. What does not validate is left out with a problem naming the file and
-line, and the run is partial; :attr:`Run.usable` says whether anything is left to show.
+ignored), each metrics line for its step, each summary against its kind's model
+(:attr:`eval.evalkind.EvalKind.summary`). What does not validate is left out with a problem
+naming the file and line, and the run is partial; :attr:`Run.usable` says whether anything is
+left to show.
 """
 
 from __future__ import annotations
@@ -32,12 +35,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Any, cast
 
 from pydantic import ConfigDict, ValidationError
 
 from astra_agent.errors import ConfigError
+from eval.kinds import NAMES, get_kind, guess_order
 from eval.results import CONFIG, RESULTS, SUMMARY, EvalRecord
+from eval.run import TRAINING_KINDS, Run
 from eval.runfiles import (
     JSON_LIMIT,
     JSONL_LIMIT,
@@ -47,59 +52,23 @@ from eval.runfiles import (
     read_line,
     safe_resolve,
 )
-from eval.summaries import SUMMARIES
 
 log = logging.getLogger(__name__)
 
-RunKind = Literal["bfcl", "arenas", "general", "tau2", "sft", "rl"]
-KINDS: tuple[RunKind, ...] = get_args(RunKind)
-EVAL_KINDS: tuple[RunKind, ...] = ("bfcl", "arenas", "general", "tau2")
-TRAINING_KINDS: tuple[RunKind, ...] = ("sft", "rl")
+RunKind = str  # an eval kind's name (eval.kinds) or a training kind
+EVAL_KINDS: tuple[RunKind, ...] = NAMES
+KINDS: tuple[RunKind, ...] = (*EVAL_KINDS, *TRAINING_KINDS)
 # The training writers' file names (training/ is not imported: it imports eval).
 RUN_FILES: dict[RunKind, str] = {"sft": "astra-sft.json", "rl": "astra-rl.json"}
 METRICS = "metrics.jsonl"
 FINAL_DIR = "final"
 _HINT = (
-    "pass directories written by `astra-eval bfcl|arenas|general|tau2` (config.json, "
+    f"pass directories written by `astra-eval {'|'.join(EVAL_KINDS)}` (config.json, "
     "results.jsonl, summary.json) or `astra-train sft|rl` (astra-sft.json or astra-rl.json, "
     "metrics.jsonl)"
 )
 _FIRST_LINE_LIMIT = 64 << 20  # detection reads one record at most this long
 _REASONS = 20  # reasons for skipped lines named per file; the rest are counted
-
-
-@dataclass(frozen=True)
-class Run:
-    """One run directory as read: ``records`` for eval kinds (one per id, as plain JSON),
-    ``metrics`` for training kinds (one per logged step); ``partial`` when the run is not
-    complete or parts of it could not be read (``problems`` says which)."""
-
-    path: Path
-    name: str
-    kind: RunKind
-    summary: dict[str, Any] | None = None
-    records: list[dict[str, Any]] = field(default_factory=list)
-    metrics: list[dict[str, Any]] = field(default_factory=list)
-    config: dict[str, Any] | None = None  # config.json, or the astra-*.json fingerprint
-    partial: bool = False
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def is_eval(self) -> bool:
-        return self.kind in EVAL_KINDS
-
-    @property
-    def usable(self) -> bool:
-        """Is there anything to show: records or a summary (evals), logged steps (training)?"""
-        return bool(self.records or self.summary) if self.is_eval else bool(self.metrics)
-
-    @property
-    def model(self) -> str:
-        """The model the run evaluated or trained ("" where not recorded)."""
-        if self.summary and self.summary.get("model"):
-            return str(self.summary["model"])
-        fingerprint = (self.config or {}).get("fingerprint", self.config or {})
-        return str(fingerprint.get("model") or "") if isinstance(fingerprint, dict) else ""
 
 
 # ------------------------------------------------------------------ detection
@@ -129,8 +98,11 @@ def _kind_of(path: Path) -> RunKind | None:
     for kind, name in RUN_FILES.items():
         if (path / name).is_file():
             return kind
-    summary = _json_file(path / SUMMARY)
     config = _json_file(path / CONFIG)
+    if isinstance(config, dict) and isinstance(config.get("kind"), str):
+        return get_kind(config["kind"]).name  # recorded since runs name their kind
+    # Written before runs named their kind: told by the fields of what is there.
+    summary = _json_file(path / SUMMARY)
     fp = config.get("fingerprint") if isinstance(config, dict) else None
     return (
         (_kind_from_keys(summary, summary=True) if isinstance(summary, dict) else None)
@@ -148,24 +120,9 @@ def _kind_from_keys(obj: dict[str, Any], *, summary: bool) -> RunKind | None:
     """The kind a summary or a first record shows by its fields."""
     if _eval_kind(obj.get("kind")):
         return _eval_kind(obj.get("kind"))
-    if summary:
-        if "overall_pass_1" in obj or "user_simulator" in obj:
-            return "tau2"
-        if "accuracy" in obj and "overall" in obj:
-            return "bfcl"
-        if "mean_reward" in obj or ("data" in obj and "skipped_records" in obj):
-            return "arenas"
-        if isinstance(obj.get("tasks"), dict):
-            return "general"
-        return None
-    if "category" in obj and "valid" in obj:
-        return "bfcl"
-    if "trial" in obj and "user_side" in obj:
-        return "tau2"
-    if "task_id" in obj and "reward" in obj:
-        return "arenas"
-    if "task" in obj and "id" in obj:
-        return "general"
+    for kind in guess_order():
+        if (kind.guess.summary if summary else kind.guess.record)(obj):
+            return kind.name
     return None
 
 
@@ -173,15 +130,7 @@ def _kind_from_fingerprint(fp: dict[str, Any]) -> RunKind | None:
     """config.json's fingerprint: what each eval's results depend on."""
     if _eval_kind(fp.get("kind")):
         return _eval_kind(fp.get("kind"))
-    if "user_simulator" in fp:
-        return "tau2"
-    if "categories" in fp:
-        return "bfcl"
-    if "data_sha256" in fp:
-        return "arenas"
-    if "tasks" in fp:
-        return "general"
-    return None
+    return next((k.name for k in guess_order() if k.guess.fingerprint(fp)), None)
 
 
 def _training_kind(first: dict[str, Any]) -> RunKind | None:
@@ -295,17 +244,9 @@ def _read_lines(path: Path) -> _Lines:
 def record_class(kind: RunKind) -> type[EvalRecord]:
     """The kind's record class as a reader takes it: fields it does not know are ignored (a
     newer writer's), every field it knows must have its type."""
-    base: type[EvalRecord]
-    if kind == "bfcl":
-        from eval.bfcl.runner import BFCLRecord as base
-    elif kind == "arenas":
-        from eval.arenas.runner import ArenaRecord as base
-    elif kind == "general":
-        from eval.general.runner import GeneralRecord as base
-    elif kind == "tau2":
-        from eval.tau2.runner import Tau2Record as base
-    else:
+    if kind not in EVAL_KINDS:
         raise ValueError(f"{kind} runs have no records")
+    base = get_kind(kind).record
     allow = base.model_config.get("extra") == "allow"  # GeneralRecord: its metrics
     config = ConfigDict(extra="allow" if allow else "ignore")
     return cast(type[EvalRecord], type(base.__name__, (base,), {"model_config": config}))
@@ -347,8 +288,8 @@ def _read_records(path: Path, kind: RunKind) -> tuple[list[dict[str, Any]], list
 
 
 def typed_records(kind: RunKind, records: list[dict[str, Any]]) -> tuple[list[Any], int]:
-    """The records as the kind's record class (BFCLRecord, ArenaRecord, GeneralRecord,
-    Tau2Record: as :func:`record_class` reads them) and how many did not validate."""
+    """The records as the kind's record class (as :func:`record_class` reads it) and how many
+    did not validate."""
     cls = record_class(kind)
     typed, bad = [], 0
     for r in records:
@@ -368,7 +309,7 @@ def _valid_summary(kind: RunKind, data: Any) -> tuple[dict[str, Any] | None, str
     if not isinstance(data, dict):
         return None, f"is JSON {type(data).__name__}, not an object"
     try:
-        summary = SUMMARIES[kind].model_validate(data)
+        summary = get_kind(kind).summary.model_validate(data)
     except ValidationError as exc:
         return None, _invalid(f"{kind} summary", exc)
     return summary.model_dump(mode="python"), None
@@ -457,12 +398,9 @@ def _load_eval(path: Path, kind: RunKind, name: str) -> Run:
     return Run(path, name, kind, summary, records, [], config, partial, problems)
 
 
-_COUNTED_BY = {"bfcl": "entries", "arenas": "tasks", "general": "samples", "tau2": "conversations"}
-
-
 def _count(kind: RunKind, summary: dict[str, Any]) -> int | None:
     """How many entries a summary covers (None: it does not say)."""
-    value = summary.get(_COUNTED_BY[kind])
+    value = summary.get(get_kind(kind).counted_by)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -478,37 +416,8 @@ def _summarize(
     fp = config.get("fingerprint", {}) if isinstance(config, dict) else {}
     model = fp.get("model") if isinstance(fp, dict) else None
     known = {"model": model} if model else {}
-    if kind == "bfcl":
-        from eval.bfcl.runner import PUBLISHED, summarize
-
-        return {**summarize(typed).written(), "published": PUBLISHED, **known}
-    if kind == "arenas":
-        from eval.arenas.runner import summarize as summarize_arenas
-
-        return {**summarize_arenas(typed).written(), **known}
-    if kind == "tau2":
-        from eval.tau2.runs import tau2_summary
-
-        return {**tau2_summary(typed, fp if isinstance(fp, dict) else {}), **known}
-    return {"kind": "general", **general_summary(records), **known}
-
-
-def general_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per task, the mean of each numeric field of its records (booleans as 0/1)."""
-    sums: dict[str, dict[str, list[float]]] = {}
-    for r in records:
-        task = str(r.get("task", "(none)"))
-        metrics = sums.setdefault(task, {})
-        for key, value in r.items():
-            if key in ("id", "task", "index") or isinstance(value, str):
-                continue
-            if isinstance(value, bool | int | float):
-                metrics.setdefault(key, []).append(float(value))
-    tasks = {
-        task: {k: round(sum(v) / len(v), 4) for k, v in metrics.items() if v}
-        for task, metrics in sorted(sums.items())
-    }
-    return {"tasks": tasks, "samples": len(records)}
+    fingerprint = fp if isinstance(fp, dict) else {}
+    return {**get_kind(kind).summarize(typed, records, fingerprint), **known}
 
 
 def _load_training(path: Path, kind: RunKind, name: str) -> Run:

@@ -232,6 +232,7 @@ class EvalSpec(Generic[T, R, S]):
     record: type[R]
     fingerprint: dict[str, Any]  # what the results depend on besides the model and sampling
     summarize: Callable[[list[R]], S]  # the eval's figures of summary.json
+    kind: str | None = None  # the eval kind (eval/kinds.py), recorded in config.json
 
 
 async def run_eval(
@@ -246,6 +247,7 @@ async def run_eval(
     try:
         served = await model.check_model()
         meta = RunMeta(
+            kind=spec.kind,
             fingerprint={**model_fingerprint(cfg.model, served), **spec.fingerprint},
             base_url=cfg.model.base_url,
         )

@@ -6,8 +6,8 @@ BFCL's and the arenas' ``summarize`` compute their figures as one of these;
 :func:`eval.runner.run_eval` writes them (:meth:`EvalSummary.written`, then the run's total,
 completeness, time and model) and returns what it wrote as one, as ``evaluate_general`` does.
 The run-directory readers (:mod:`eval.rundir`: the report, comparisons) validate a summary
-against its kind's before they use it; one that does not validate is not used (the figures are
-computed from the records instead)."""
+against its kind's (:attr:`eval.evalkind.EvalKind.summary`) before they use it; one that does
+not validate is not used (the figures are computed from the records instead)."""
 
 from __future__ import annotations
 
@@ -93,11 +93,3 @@ class Tau2Summary(EvalSummary):
     domains: dict[str, Tau2Domain] = Field(default_factory=dict)
     data: dict[str, str] = Field(default_factory=dict)  # τ²'s data version (eval.tau2)
     user_simulator: dict[str, Any] = Field(default_factory=dict)  # its model and sampling
-
-
-SUMMARIES: dict[str, type[EvalSummary]] = {
-    "bfcl": BFCLSummary,
-    "arenas": ArenaSummary,
-    "general": GeneralSummary,
-    "tau2": Tau2Summary,
-}

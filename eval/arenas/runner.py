@@ -21,6 +21,8 @@ from eval.results import EvalRecord
 from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
 from eval.summaries import ArenaDomain, ArenaSummary
 
+NAME = "arenas"  # the eval kind (eval/kinds.py)
+
 
 class ArenaEvalConfig(RunConfig):
     out: Path = Field(Path("runs/arenas"), description="results directory (checked writable)")
@@ -173,6 +175,7 @@ async def evaluate_arenas(
         record=ArenaRecord,
         fingerprint=cfg.fingerprint(),
         summarize=summary_of,
+        kind=NAME,
     )
     summary, _ = await run_eval(cfg, spec, progress)
     return summary

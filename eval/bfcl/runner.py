@@ -35,6 +35,7 @@ from eval.results import ErrorKind, EvalRecord
 from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
 from eval.summaries import BFCLSummary
 
+NAME = "bfcl"  # the eval kind (eval/kinds.py)
 STEP_LIMIT = 20  # the official MAXIMUM_STEP_LIMIT
 OFFICIAL_CALLS = CallPolicy(check_names=False, check_arguments=False, end_on_undecodable=True)
 HELD_OUT_MESSAGE = "I have updated some more functions you can choose from. What about now?"
@@ -264,6 +265,7 @@ async def evaluate_bfcl(
         record=BFCLRecord,
         fingerprint=cfg.fingerprint(),
         summarize=summary_of,
+        kind=NAME,
     )
     summary, _ = await run_eval(cfg, spec, progress)
     write_leaderboard(cfg.out, summary)

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+NAME = "general"  # the eval kind (eval/kinds.py)
 DEFAULT_TASKS = ["astra_arith"]
 PROMPT_EXCERPT = 500  # characters of the prompt kept per record
 
@@ -238,19 +239,19 @@ def evaluate_general(cfg: GeneralEvalConfig) -> GeneralSummary:
     tm = task_manager(cfg.tasks, cfg.include_path)
     served = asyncio.run(_served_model(cfg.model))
     fingerprint = {
-        "kind": "general",
+        "kind": NAME,
         **model_fingerprint(cfg.model, served),
         "tasks": cfg.tasks,
         "limit": cfg.limit,
         "include_path": [str(p.resolve()) for p in cfg.include_path],
         "lm_eval": version,
     }
-    meta = RunMeta(fingerprint=fingerprint, base_url=cfg.model.base_url)
+    meta = RunMeta(kind=NAME, fingerprint=fingerprint, base_url=cfg.model.base_url)
     if cfg.retry_errors and old:
         return _retry_errors(cfg, meta, tm)
     for f in old:  # --overwrite, once the tasks and the endpoint are known good
         f.unlink()
-    write_json_atomic(cfg.out / CONFIG, meta.model_dump(mode="json"))
+    write_json_atomic(cfg.out / CONFIG, meta.written())
     t0 = time.monotonic()
     lm = _backend(cfg, served)
     results = _run(lm, cfg, tm)
@@ -258,7 +259,7 @@ def evaluate_general(cfg: GeneralEvalConfig) -> GeneralSummary:
     groups = {g: list(ts) for g, ts in (results.get("group_subtasks") or {}).items() if ts}
     tasks, notes = summarize_tasks(records, results, groups=groups)
     base = {
-        "kind": "general",
+        "kind": NAME,
         "model": served,
         "published": PUBLISHED,
         "lm_eval": version,

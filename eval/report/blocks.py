@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.rundir import Run, RunKind
+from eval.run import Run
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Section:
     """One kind's runs: ``blocks`` (figures side by side), then ``extra`` (a comparison of
     two runs), then ``entries`` (each run's per-entry lists)."""
 
-    kind: RunKind
+    kind: str
     title: str
     anchor: str
     blocks: list[Block]

@@ -30,35 +30,26 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
-from astra_agent.errors import ConfigError
+from astra_agent.errors import AstraError, ConfigError
 from astra_agent.runio import write_text_atomic
+from eval.compare import compare_runs
+from eval.evalkind import EvalKind
+from eval.kinds import KINDS as EVAL_KINDS
 from eval.report import charts
-from eval.report.blocks import Block, Entries, Page, Section
+from eval.report.blocks import Block, Entries, Note, Page, Section
 from eval.report.curves import rl_section, sft_section
-from eval.report.evals import arenas_section, bfcl_section, comparison_blocks, general_section
-from eval.report.tau2 import tau2_section
-from eval.rundir import KINDS, Run, RunKind
+from eval.report.evals import comparison_blocks
+from eval.run import Run
+from eval.rundir import KINDS, RunKind
 
 TEMPLATES = Path(__file__).with_name("templates")
-BUILDERS: dict[RunKind, Callable[[list[Run], Page], Section]] = {
-    "bfcl": bfcl_section,
-    "arenas": arenas_section,
-    "general": general_section,
-    "tau2": tau2_section,
-    "sft": sft_section,
-    "rl": rl_section,
+# The training kinds' sections and titles (the eval kinds': eval.kinds).
+TRAINING: dict[RunKind, tuple[str, Callable[[list[Run], Page], Section]]] = {
+    "sft": ("SFT", sft_section),
+    "rl": ("RL", rl_section),
 }
-COMPARED: tuple[RunKind, ...] = ("bfcl", "arenas", "tau2")
 GZIP_LEVEL = 6  # 9 saves ≈5 % for twice the time
 CHUNK = 100  # entry views per packed block: packed in parallel, unpacked as they are opened
-KIND_TITLES = {
-    "bfcl": "BFCL",
-    "arenas": "arenas",
-    "general": "general",
-    "tau2": "τ²-bench",
-    "sft": "SFT",
-    "rl": "RL",
-}
 
 
 def build_report(
@@ -117,11 +108,28 @@ def _section(kind: RunKind, runs: list[Run], page: Page) -> Section | None:
     group = [r for r in runs if r.kind == kind]
     if not group:
         return None
-    section = BUILDERS[kind](group, page)
-    if kind in COMPARED and len(group) == 2:
-        extra: list[Block] = comparison_blocks(*group)
-        section = replace(section, extra=extra)
+    eval_kind = EVAL_KINDS.get(kind)
+    if eval_kind is None:
+        return TRAINING[kind][1](group, page)
+    section = eval_kind.section(group, page)
+    if eval_kind.pairing is not None and len(group) == 2:
+        section = replace(section, extra=_comparison(eval_kind, *group))
     return section
+
+
+def _comparison(kind: EvalKind, a: Run, b: Run) -> list[Block]:
+    """``eval.compare`` of two runs of one eval, or why there is none."""
+    try:
+        data = compare_runs(a.path, b.path).to_dict()
+    except AstraError as exc:
+        return [Note(f"no comparison of {a.name} and {b.name}: {exc.message}", "warn")]
+    extra = kind.compare_blocks(data) if kind.compare_blocks is not None else []
+    return [*comparison_blocks(a, b, data), *extra]
+
+
+def _title(kind: RunKind) -> str:
+    eval_kind = EVAL_KINDS.get(kind)
+    return eval_kind.title if eval_kind is not None else TRAINING[kind][0]
 
 
 def _overview(run: Run, sections: list[Section]) -> dict[str, Any]:
@@ -129,7 +137,7 @@ def _overview(run: Run, sections: list[Section]) -> dict[str, Any]:
     anchor = next((s.anchor for s in sections if s.kind == run.kind), "")
     return {
         "name": run.name,
-        "kind": KIND_TITLES[run.kind],
+        "kind": _title(run.kind),
         "anchor": anchor,
         "model": run.model,
         "path": str(run.path),

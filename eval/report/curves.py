@@ -13,7 +13,7 @@ from typing import Any
 
 from eval.report import charts
 from eval.report.blocks import Block, Cell, Charts, Note, Page, Section, Table, num
-from eval.rundir import Run
+from eval.run import Run
 
 ALIASES: dict[str, tuple[str, ...]] = {
     "loss": ("loss", "train/loss", "actor/pg_loss"),

@@ -7,8 +7,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from astra_agent.errors import AstraError
-from eval.compare import mean_ci
 from eval.report import charts
 from eval.report.blocks import (
     Block,
@@ -25,8 +23,8 @@ from eval.report.blocks import (
     pct,
 )
 from eval.report.entries import arena_view, bfcl_view, general_view
-from eval.report.tau2 import task_blocks
-from eval.rundir import Run
+from eval.run import Run
+from eval.stats import mean_ci
 
 COMPARE_ROWS = 300  # changed entries listed in a comparison
 
@@ -403,16 +401,9 @@ def _published_table(published: dict[str, dict[str, Any]]) -> Table:
 # ------------------------------------------------------------------ comparison
 
 
-def comparison_blocks(a: Run, b: Run) -> list[Block]:
-    """``eval.compare`` of two runs of one eval, rendered from its JSON form."""
-    try:
-        from eval.compare import compare_runs
-    except ImportError:  # pragma: no cover - the module ships with the package
-        return []
-    try:
-        data = compare_runs(a.path, b.path).to_dict()
-    except AstraError as exc:
-        return [Note(f"no comparison of {a.name} and {b.name}: {exc.message}", "warn")]
+def comparison_blocks(a: Run, b: Run, data: dict[str, Any]) -> list[Block]:
+    """``eval.compare`` of two runs of one eval, rendered from its JSON form (``data``; the
+    kind's own blocks follow: :attr:`eval.evalkind.EvalKind.compare_blocks`)."""
     blocks: list[Block] = [Heading(f"Comparison: {a.name} (A) → {b.name} (B)")]
     blocks += [Note(str(w), "warn") for w in data.get("warnings") or []]
     counts_ = data.get("counts") or {}
@@ -445,8 +436,6 @@ def comparison_blocks(a: Run, b: Run) -> list[Block]:
             Table(cols, [[Cell(num(t.get(c), 4)) for c in cols] for t in tests], "Paired tests")
         )
     blocks.append(_changed_rows(data.get("rows") or []))
-    if data.get("kind") == "tau2":
-        blocks += task_blocks(data)
     return blocks
 
 

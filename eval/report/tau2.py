@@ -21,7 +21,7 @@ from eval.report.blocks import (
     num,
 )
 from eval.report.entries import tau2_view
-from eval.rundir import Run
+from eval.run import Run
 from eval.tau2.runs import (
     SAME,
     TASK_CHANGES,

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from inspect_ai.solver import TaskState
 
 log = logging.getLogger(__name__)
+NAME = "tau2"  # the eval kind (eval/kinds.py)
 
 Domain = Literal["retail", "telecom", "airline"]
 DOMAINS: tuple[Domain, ...] = ("retail", "telecom", "airline")
@@ -531,6 +532,7 @@ async def evaluate_tau2(
         user_served = await user.check_model()
         user_fp = model_fingerprint(cfg.user_model, user_served)
         meta = RunMeta(
+            kind=NAME,
             fingerprint={
                 **model_fingerprint(cfg.model, served),
                 "user_simulator": user_fp,

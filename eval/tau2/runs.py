@@ -8,7 +8,7 @@ and sampling: ``user_simulator``); the user simulator alone moves τ² scores by
 :func:`check_comparable` refuses any other pair, and a run that does not say which it used.
 
 A comparison pairs each conversation (``domain/task_id/trial``) of A with B's (an exact
-McNemar test on pass/fail, :func:`eval.compare.mcnemar`), and each task with itself: its
+McNemar test on pass/fail, :func:`eval.stats.mcnemar`), and each task with itself: its
 passes out of its scored trials in A against B's (the trials may differ in number), a task
 ``better``, ``worse`` or the ``same``, and an exact two-sided sign test over the tasks that
 moved. Trials of one task are not independent draws, so the per-task test is the one whose
@@ -27,9 +27,17 @@ from rich.table import Table
 
 from astra_agent.errors import ConfigError
 from astra_agent.runio import differing_keys
+from eval.stats import (
+    Comparison,
+    PairedTest,
+    Row,
+    Tested,
+    presence,
+    verdict_change,
+    verdict_tests,
+)
 
 if TYPE_CHECKING:
-    from eval.compare import Comparison, PairedTest, Row
     from eval.tau2.runner import Tau2Record
 
 TaskChange = Literal["better", "worse", "same", "unscored"]
@@ -112,6 +120,36 @@ def check_comparable(
     return warnings
 
 
+# ------------------------------------------------------------------ per conversation
+
+
+def conversation_row(id_: str, ra: Any, rb: Any) -> Row:
+    """A conversation of A against B's: pass is reward 1."""
+
+    def why(r: Any) -> str | None:
+        if r is None or r.reward == 1.0:
+            return None
+        if r.error_kind:
+            return str(r.error or r.error_kind)
+        first = (r.explanation or "failed").strip().splitlines() or ["failed"]
+        return first[0][:200]
+
+    def verdict(r: Any) -> bool | None:
+        return None if r is None or r.error_kind or r.reward is None else r.reward == 1.0
+
+    change = presence(ra, rb)
+    if change is None:
+        change = verdict_change(ra.reward == 1.0, rb.reward == 1.0)
+    group = (ra or rb).domain
+    return Row(id_, change, group, verdict(ra), verdict(rb), why(ra), why(rb))
+
+
+def paired_tests(rows: list[Row]) -> Tested:
+    """McNemar over the conversations, the sign test over the tasks; and the tasks' rows."""
+    tasks = task_rows(rows)
+    return [*verdict_tests(rows, "conversations, paired by id"), sign_test(tasks)], tasks
+
+
 # ------------------------------------------------------------------ per task
 
 
@@ -183,8 +221,6 @@ def sign_test(tasks: list[TaskRow]) -> PairedTest:
     of those that moved (better or worse), against p = 1/2. ``statistic`` is the better
     ones, ``n`` those that moved."""
     from scipy.stats import binomtest
-
-    from eval.compare import PairedTest
 
     name = "sign test (tasks: pass rate over trials)"
     c = Counter(t.change for t in tasks)

@@ -1,0 +1,107 @@
+"""BFCL-V3 multi-turn as its runs' readers see it (:class:`eval.evalkind.EvalKind`): records
+and summary, the pairing of two runs (verdict per entry, McNemar), the report section and the
+CLI table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from astra_agent.console import console
+from eval.bfcl.official import CATEGORIES
+from eval.bfcl.runner import NAME, PUBLISHED, BFCLRecord, overall_label, summarize
+from eval.evalkind import EvalKind, Guess
+from eval.report.evals import bfcl_section
+from eval.stats import Pairing, Row, Tested, presence, verdict_change, verdict_tests
+from eval.summaries import BFCLSummary
+
+CATS = ("base", "miss_func", "miss_param", "long_context")
+
+
+def _summarize(typed: list[Any], records: list[dict[str, Any]], fp: dict[str, Any]) -> dict:
+    return {**summarize(typed).written(), "published": PUBLISHED}
+
+
+def _row(id_: str, ra: Any, rb: Any) -> Row:
+    def why(r: Any) -> str | None:
+        if r is None or r.valid:
+            return None
+        return str(r.error or r.error_type) if r.error_kind else r.error_type
+
+    def verdict(r: Any) -> bool | None:
+        return None if r is None or r.error_kind else bool(r.valid)
+
+    change = presence(ra, rb)
+    if change is None:
+        change = verdict_change(ra.valid, rb.valid)
+        if change == "both_fail" and ra.error_type != rb.error_type:
+            change = "changed_error"
+    group = (ra or rb).category
+    return Row(id_, change, group, verdict(ra), verdict(rb), why(ra), why(rb))
+
+
+def _tests(rows: list[Row]) -> Tested:
+    return verdict_tests(rows), []
+
+
+def _category_order(name: str) -> tuple[int, str]:
+    return (CATEGORIES.index(name), "") if name in CATEGORIES else (len(CATEGORIES), name)
+
+
+def _score(records: list[Any]) -> str:
+    return "  ".join(f"{c} {a:.1f}" for c, a in summarize(records).accuracy.items())
+
+
+def _show(summary: BFCLSummary) -> None:
+    table = Table(title=f"BFCL-V3 multi-turn: {summary.entries} entries, {summary.model}")
+    for col in ("model", "overall", *CATS):
+        table.add_column(col, justify="right")
+    acc = summary.accuracy
+    partial = summary.overall_partial
+    table.add_row(
+        f"{summary.model} (measured)",
+        f"{summary.overall:.2f}" + (" (partial)" if partial else ""),
+        *(f"{acc[c]:.2f}" if c in acc else "-" for c in CATS),
+    )
+    for name, row in PUBLISHED.items():
+        table.add_row(
+            f"{name} (published)",
+            f"{row['overall']:.2f}",
+            *(f"{row[c]:.2f}" if c in row else "-" for c in CATS),
+        )
+    console.print(table)
+    if partial:
+        console.print(
+            f"{overall_label(acc, partial)}: the mean of {len(acc)} of 4 categories, not "
+            "comparable with the published overall"
+        )
+    if summary.errors:
+        console.print("failures: " + ", ".join(f"{k}={v}" for k, v in summary.errors.items()))
+
+
+BFCL = EvalKind(
+    name=NAME,
+    title="BFCL",
+    counted_by="entries",
+    record=BFCLRecord,
+    summary=BFCLSummary,
+    summarize=_summarize,
+    section=bfcl_section,
+    show=_show,
+    score=_score,
+    guess=Guess(
+        summary=lambda s: "accuracy" in s and "overall" in s,
+        fingerprint=lambda fp: "categories" in fp,
+        record=lambda r: "category" in r and "valid" in r,
+    ),
+    pairing=Pairing(
+        what="BFCL",
+        noun="a BFCL",
+        row=_row,
+        tests=_tests,
+        group_key="category",
+        group_order=_category_order,
+        error_types=True,
+    ),
+)
