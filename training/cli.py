@@ -1,4 +1,7 @@
-"""``astra-train``: SFT data from trajectories, and SFT with TRL (one machine) or verl (cluster)."""
+"""``astra-train``: the researchers' commands — ``data`` (SFT data from trajectories), ``synth``
+(tool-grounded SFT data and verifiable environments from MCP tool graphs), ``sft`` and ``rl``
+(TRL on one machine, verl on a cluster), and ``table2`` (base → SFT → RL measured on arenas the
+model never saw)."""
 
 from __future__ import annotations
 

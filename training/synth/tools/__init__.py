@@ -1,4 +1,7 @@
-"""Tool-chain SFT data, its first stages: the tool pool, the tool graph, the chains."""
+"""Tool-grounded SFT data (pipeline A), every stage: the tool pool (1), the tool graph and its
+confirmation (2, 2b), tool chains and their checks (3, 3b), tasks (4), interaction through the
+one episode loop (5, with its environments) and trajectory judging (6). The commonly used
+records and builders are re-exported here."""
 
 from training.synth.tools.chains import ChainConfig, ChainStats, ToolChain, sample_chains
 from training.synth.tools.graph import (
