@@ -48,7 +48,7 @@ app.add_typer(table2_app, name="table2")  # base → SFT → RL measured on unse
 
 if TYPE_CHECKING:
     from training.metrics import RLStep
-    from training.sft.common import FinishedRun
+    from training.run import FinishedRun
 
 ENV_PREFIX = "ASTRA_TRAIN_"
 _STOPPED_BY: list[int] = []  # the signals that stopped the running command (SIGINT, SIGTERM)
@@ -75,7 +75,7 @@ def _stoppable(output_dir: Path) -> Iterator[None]:
     the default handler is restored here, as `astra-serve up` does. One line on stderr says
     what stopped the run and where a rerun resumes; the exit code is 128 + the signal
     (130, 143)."""
-    from training.sft.common import last_complete_checkpoint
+    from training.run import last_complete_checkpoint
 
     _STOPPED_BY.clear()
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}

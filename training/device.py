@@ -14,11 +14,32 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+
+class TRLOptions(BaseModel):
+    """One machine (CPU in CI, or GPUs): TRL's trainers (``SFTTrainer``, ``GRPOTrainer``)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "float32",
+        description="bfloat16: autocast, float32 master weights (CPU too; refused where the "
+        "device does not compute bf16); auto: bfloat16 where the device computes it (CUDA "
+        "with bf16; a CPU with avx512_bf16, amx_bf16 or ARM's bf16), else float32 with a "
+        "warning (training.device); the real-model recipes use auto",
+    )
+    gradient_checkpointing: bool = False
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    threads: int | None = Field(None, ge=1, description="torch threads on CPU (default: all)")
+
 
 CPUINFO = Path("/proc/cpuinfo")
 # x86: AVX512-BF16 and AMX's bf16 tiles; ARM (aarch64): the BF16 extension

@@ -2,6 +2,8 @@
 
 Both write ``OUTPUT_DIR/verl/`` the same way and run it the same way:
 
+* one ``verl`` options base (:class:`VerlJobOptions`) and one job type (:class:`VerlJob`),
+  which each backend extends with what only it has;
 * Hydra values that survive verl's override grammar (:func:`hq`, :func:`hlist`);
 * the job directory, written whole into a temporary sibling and renamed over the old one
   (:func:`write_job_dir`): overrides, the composed config, ``launch.sh``, the fingerprint, and
@@ -26,13 +28,33 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.errors import AstraError, ConfigError
 from astra_agent.procs import dies_with, stop_group
 from astra_agent.runio import building_dir
+
+
+class VerlJobOptions(BaseModel):
+    """The ``verl`` section every verl job takes; SFT's and RL's add their trainer's own."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    nnodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(8, ge=1)
+    device: Literal["cuda", "cpu"] = "cuda"  # each backend says what cpu means for it
+    ulysses_sequence_parallel_size: int = Field(1, ge=1)
+    strategy: Literal["fsdp", "fsdp2"] = "fsdp2"
+    ray_address: str = "http://127.0.0.1:8265"
+    run: bool = Field(False, description="run the launch line (else only write it)")
+    overrides: list[str] = Field(
+        default_factory=list, description="extra verl Hydra overrides, key=value"
+    )
+
 
 _PLAIN = re.compile(r"[\w./-]+")
 _NOT_A_STRING = re.compile(r"[-+]?(\d[\d_]*\.?\d*(e[-+]?\d+)?|\.\d+|inf|nan|null|true|false)", re.I)
@@ -234,7 +256,24 @@ def stream(script: Path, echo: Callable[[str], None], cwd: Path | None = None) -
             raise
 
 
-J = TypeVar("J")
+@dataclass(frozen=True)
+class VerlJob:
+    """What a verl backend's ``run_verl`` wrote (and, with ``verl.run: true``, ran); a
+    backend's job adds what only it writes (RL: its data and agent loop file)."""
+
+    workdir: Path  # OUTPUT_DIR/verl
+    overrides_file: Path
+    config_file: Path  # the composed config, for reading
+    launch_script: Path
+    command: tuple[str, ...]  # the launch line, argv
+    env: tuple[tuple[str, str], ...]  # variables launch.sh exports
+    checkpoint_dir: Path  # trainer.default_local_dir
+    metrics_file: Path  # verl's file logger (JSONL)
+    ran: bool = False
+    final: Path | None = None  # the converted checkpoint, when run and converted
+
+
+J = TypeVar("J", bound=VerlJob)
 
 
 def run_job(
@@ -249,19 +288,18 @@ def run_job(
     (``job.checkpoint_dir``: verl FSDP → verl's model merger → bf16) into ``cfg.convert.out``
     or ``OUTPUT_DIR/final-bf16``. The job comes back with ``ran`` and ``final`` set."""
     echo = echo or (lambda s: print(s, file=sys.stderr, flush=True))
-    script: Path = job.launch_script  # type: ignore[attr-defined]
-    rc = stream(script, echo, cwd=job.workdir)  # type: ignore[attr-defined]
+    script = job.launch_script
+    rc = stream(script, echo, cwd=job.workdir)
     if rc != 0:
         raise AstraError(
             f"verl's {trainer} exited with status {rc}",
             hint=f"its output is above; the launch line is {script}",
         )
-    job = replace(job, ran=True)  # type: ignore[type-var]
+    job = replace(job, ran=True)
     if not cfg.convert.enabled:
         return job
     from serving.convert import convert_checkpoint
 
     dst = cfg.convert.out or Path(cfg.output_dir) / "final-bf16"
-    checkpoints: Path = job.checkpoint_dir  # type: ignore[attr-defined]
-    result = convert_checkpoint(checkpoints, dst, dtype=cfg.convert.dtype, overwrite=True)
-    return replace(job, final=result.dst)  # type: ignore[type-var]
+    result = convert_checkpoint(job.checkpoint_dir, dst, dtype=cfg.convert.dtype, overwrite=True)
+    return replace(job, final=result.dst)

@@ -358,7 +358,7 @@ def sft_log(out: Path) -> Path:
     fingerprint (prepare_run_dir), one metrics record per logging step (MetricsLog, the fields
     of the TRL metrics callback), final/."""
     from training.metrics import MetricsLog, SFTStep
-    from training.sft.common import prepare_run_dir
+    from training.run import prepare_run_dir
     from training.sft.config import SFTConfig
 
     recipe = ROOT / "training" / "recipes" / "sft-tiny-cpu.yaml"
@@ -392,7 +392,7 @@ def rl_log(out: Path) -> Path:
     from training.metrics import MetricsLog, RLStep
     from training.rl.config import RLConfig
     from training.rl.run import RUN_FILE
-    from training.sft.common import prepare_run_dir
+    from training.run import prepare_run_dir
 
     recipe = ROOT / "training" / "recipes" / "rl-tiny-cpu.yaml"
     cfg = load_config(RLConfig, recipe, {"output_dir": out, "steps": 12})

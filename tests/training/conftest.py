@@ -93,6 +93,27 @@ def check_verl_resume(
     prepare(make_cfg(tmp_path, learning_rate=1e-4, resume=False))  # start over: fine
 
 
+def check_verl_run_file(
+    prepare: Callable[[Any], Any], make_cfg: Callable[..., Any], tmp_path: Path, kind: str
+) -> None:
+    """A verl job (SFT or RL) writes the run file a TRL run writes, so that ``astra-eval``
+    reads its directory as a training run of ``kind``; a rerun of the same config leaves it
+    as it is, a start over with another config records that one."""
+    from eval.rundir import load_run
+
+    cfg = make_cfg(tmp_path)
+    prepare(cfg)
+    run_file = tmp_path / "out" / cfg.RUN_FILE
+    first = run_file.read_bytes()
+    run = load_run(tmp_path / "out")
+    assert run.kind == kind and run.config == cfg.fingerprint()
+    prepare(make_cfg(tmp_path, save_steps=7))  # not in the fingerprint: the same run
+    assert run_file.read_bytes() == first
+    other = make_cfg(tmp_path, learning_rate=1e-4, resume=False)
+    prepare(other)
+    assert load_run(tmp_path / "out").config == other.fingerprint()
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tiny_fp32: Path) -> Path:
     """A checkpoint dir holding the tiny tokenizer and the serving chat template."""

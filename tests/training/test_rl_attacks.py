@@ -34,7 +34,7 @@ from training.rl.config import RLConfig
 from training.rl.generate import HFGenerator
 from training.rl.pool import SandboxPool
 from training.rl.rollout import rollout_episode, rollout_group, settings_of
-from training.sft.common import last_complete_checkpoint
+from training.run import last_complete_checkpoint
 from training.template import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -183,7 +183,7 @@ def test_a_diverging_update_stops_the_run_before_it_is_applied_or_saved(
     value, and every checkpoint it saved holds finite weights."""
     from safetensors.torch import load_file
 
-    from training.sft.guard import TrainingDiverged
+    from training.guard import TrainingDiverged
 
     trainer, runner = make(
         tmp_path, tiny_fp32, batch, learning_rate=lr, max_grad_norm=1e9, steps=4, save_steps=1

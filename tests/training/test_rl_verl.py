@@ -45,7 +45,13 @@ from training.rl.verl import (
 )
 from training.template import load_tokenizer
 
-from .conftest import ARENA_HELDOUT, ARENA_TRAIN, RECIPES, check_verl_resume
+from .conftest import (
+    ARENA_HELDOUT,
+    ARENA_TRAIN,
+    RECIPES,
+    check_verl_resume,
+    check_verl_run_file,
+)
 
 RL_RECIPES = sorted(RECIPES.glob("rl-*.yaml"))
 
@@ -595,6 +601,10 @@ def test_run_true_without_gpus_fails_up_front(tmp_path: Path) -> None:
 
 def test_resuming_into_a_run_of_another_config_is_refused(tmp_path: Path) -> None:
     check_verl_resume(prepare_verl, make_cfg, tmp_path, "3")
+
+
+def test_the_job_writes_the_run_file_astra_eval_reads(tmp_path: Path) -> None:
+    check_verl_run_file(prepare_verl, make_cfg, tmp_path, "rl")
 
 
 def test_reward_of_the_reference_chain_matches_arena_reward(task: Any) -> None:

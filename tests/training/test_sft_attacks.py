@@ -25,7 +25,7 @@ from astra_agent.errors import ConfigError
 from tests.training.conftest import train_in_process, wait_for_checkpoint
 from tests.training.e2e import write_recipe
 from training.metrics import MetricsLog
-from training.sft.common import last_complete_checkpoint, prepare_run_dir
+from training.run import last_complete_checkpoint, prepare_run_dir
 from training.sft.config import SFTConfig
 
 REPO = Path(__file__).resolve().parents[2]

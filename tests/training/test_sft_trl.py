@@ -21,7 +21,8 @@ from tests.eval.test_rundir import sft_step
 from tests.training.conftest import wait_for_checkpoint
 from training.cli import app
 from training.metrics import MetricsLog, SFTStep
-from training.sft.common import grad_accumulation, last_complete_checkpoint, prepare_run_dir
+from training.run import last_complete_checkpoint, prepare_run_dir
+from training.sft.common import grad_accumulation
 from training.sft.config import SFTConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ import torch
 
 from astra_agent.config import load_config
 from astra_agent.errors import AstraError, ConfigError
-from tests.training.conftest import RECIPES, check_verl_resume
+from tests.training.conftest import RECIPES, check_verl_resume, check_verl_run_file
 from training.sft.config import SFTConfig
 from training.sft.verl import (
     compose_verl_config,
@@ -356,6 +356,10 @@ def test_run_true_without_gpus_fails_up_front(tmp_path: Path, tiny_tokenizer_dir
 
 def test_resuming_into_a_run_of_another_config_is_refused(tmp_path: Path) -> None:
     check_verl_resume(prepare_verl, make_cfg, tmp_path, "5")
+
+
+def test_the_job_writes_the_run_file_astra_eval_reads(tmp_path: Path) -> None:
+    check_verl_run_file(prepare_verl, make_cfg, tmp_path, "sft")
 
 
 # --------------------------------------------------------------------------- launch.sh

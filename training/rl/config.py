@@ -18,7 +18,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from astra_agent.sandbox import SandboxLimits
-from training.sft.config import ConvertOptions, TRLOptions
+from training.device import TRLOptions
+from training.run import ConvertOptions
+from training.verl_job import VerlJobOptions
 
 
 class ABFOptions(BaseModel):
@@ -95,14 +97,10 @@ class RolloutOptions(BaseModel):
         return value
 
 
-class VerlRLOptions(BaseModel):
+class VerlRLOptions(VerlJobOptions):
     """A cluster: verl's PPO trainer (GRPO estimator, FSDP actor, vLLM/SGLang rollouts) with
     our agent loop, sampler and reward; launched as ``python -m verl.trainer.main_ppo``."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    nnodes: int = Field(1, ge=1)
-    gpus_per_node: int = Field(8, ge=1)
     rollout_name: Literal["vllm", "sglang"] = "vllm"
     device: Literal["cuda", "cpu"] = Field(
         "cuda",
@@ -112,15 +110,8 @@ class VerlRLOptions(BaseModel):
     tensor_model_parallel_size: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
     ppo_micro_batch_size_per_gpu: int = Field(1, ge=1)
-    ulysses_sequence_parallel_size: int = Field(1, ge=1)
-    strategy: Literal["fsdp", "fsdp2"] = "fsdp2"
     param_offload: bool = False
     optimizer_offload: bool = False
-    ray_address: str = "http://127.0.0.1:8265"
-    run: bool = Field(False, description="run the launch line (else only write it)")
-    overrides: list[str] = Field(
-        default_factory=list, description="extra verl Hydra overrides, key=value"
-    )
 
 
 class RLConfig(BaseModel):
@@ -179,9 +170,11 @@ class RLConfig(BaseModel):
             self.rollout.max_tokens_per_turn = self.rollout.max_response_tokens
         return self
 
-    # the fields that name input files: a run is resumed by their content, not their paths
-    # (``training.sft.common.prepare_run_dir``)
+    # the fields that name input files: a run is resumed by their content, not their paths;
+    # the run file and the command that writes it (``training.run``)
     INPUTS: ClassVar[tuple[str, ...]] = ("model", "train_files", "heldout_files")
+    RUN_FILE: ClassVar[str] = "astra-rl.json"
+    COMMAND: ClassVar[str] = "astra-train rl"
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match to resume (everything that shapes training; not where the run

@@ -38,14 +38,14 @@ from typing import Any
 
 from astra_agent.errors import AstraError, ConfigError
 from training.device import device_of, trains_in_bf16
-from training.metrics import METRICS_FILE, Heldout, MetricsLog, RLStep, Rollouts, Update
+from training.guard import FiniteGuard, check_start_weights
+from training.metrics import Heldout, MetricsLog, RLStep, Rollouts, Update
 from training.rl.batch import BatchCollector, ProgressHook, StepBatch
 from training.rl.config import RLConfig
 from training.rl.core import policy_loss
 from training.rl.engine import RolloutEngine, make_engine
 from training.rl.rollout import settings_of
-from training.sft.common import FinishedRun
-from training.sft.guard import FiniteGuard, check_start_weights
+from training.run import FinishedRun
 
 log = logging.getLogger(__name__)
 
@@ -378,49 +378,42 @@ def run_trl(cfg: RLConfig, progress: ProgressHook | None = None) -> RLResult:
     import datasets
     from transformers.utils import logging as hf_logging
 
-    from training.rl.run import finish, open_run_dir, prepare
-    from training.sft.common import checkpoint_step, finished_run
+    from training.rl.run import prepare
 
     hf_logging.disable_progress_bar()
     datasets.disable_progress_bars()
-    run = prepare(cfg)  # checks the batch shape and loads the tasks before anything starts
-    tokenizer, tasks, skipped, heldout = run.tokenizer, run.tasks, run.skipped, run.heldout
-    done = finished_run(cfg, run.checkpoint, tokenizer, run.serving)
+    prep = prepare(cfg)  # checks the batch shape and loads the tasks before anything starts
+    tokenizer, tasks, skipped, heldout = prep.tokenizer, prep.tasks, prep.skipped, prep.heldout
+    run, ckpt = prep.run, prep.run.checkpoint
+    done = run.finished(tokenizer, prep.serving)
     if done is not None:  # before the model, the sandboxes or the rollout server start
-        return RLResult(
-            cfg.output_dir, done.final, done.converted, done.steps, run.checkpoint, skipped, done
-        )
+        return RLResult(cfg.output_dir, done.final, done.converted, done.steps, ckpt, skipped, done)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     device = device_of(cfg)
     args = grpo_args(cfg, device)  # a dtype the device lacks: refused before any write
     model = _load_model(cfg)  # its weights checked before anything is written
-    open_run_dir(cfg, run)
+    run.begin()
     runner = asyncio.Runner()
     engine: RolloutEngine | None = None
     pool = None
     try:
         factory, pool = _environment_factory(cfg, runner)
         collector = BatchCollector(cfg, tasks, tokenizer, factory, settings_of(cfg, tokenizer))
-        _resume_state(run.checkpoint, collector)
+        _resume_state(ckpt, collector)
         engine = make_engine(cfg, model, device)
         trainer = build_trainer(cfg, model, tokenizer, tasks, collector, engine, runner, args)
         trainer.heldout = heldout
-        metrics = MetricsLog[RLStep](
-            cfg.output_dir / METRICS_FILE,
-            checkpoint_step(run.checkpoint) if run.checkpoint else None,
-        )
+        metrics = run.metrics(RLStep)
         trainer.add_callback(_metrics_callback(trainer, metrics, progress))
         _state_hooks(trainer, collector)
-        trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint else None)
+        trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
         if trainer.state.global_step < cfg.steps:
             raise AstraError(
                 f"TRL stopped after {trainer.state.global_step} of {cfg.steps} steps",
                 hint="a bug: please report it with the run directory's metrics.jsonl",
             )
-        final, converted = finish(cfg, trainer, tokenizer, run.serving)
-        return RLResult(
-            cfg.output_dir, final, converted, trainer.state.global_step, run.checkpoint, skipped
-        )
+        final, converted = run.save(trainer, tokenizer, prep.serving)
+        return RLResult(cfg.output_dir, final, converted, trainer.state.global_step, ckpt, skipped)
     finally:
         runner.run(_cancel_pending())  # what a stop mid-rollout (Ctrl-C, SIGTERM) left
         if engine is not None:

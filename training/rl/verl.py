@@ -10,9 +10,13 @@ agent loop, reward and Adaptive Batch Filling, on one node or a Ray cluster.
 * ``agent_loops.yaml``: our agent loop (``training.rl.verl_agent_loop.ArenaAgentLoop``,
   ``astra_arena``) for ``actor_rollout_ref.rollout.agent.agent_loop_config_path``, with this
   config in it, so that rollouts on the cluster use the settings the TRL backend uses.
-* ``overrides.txt`` (:func:`build_overrides`, one a line), ``verl-config.yaml`` (composed, for
+* ``overrides.txt`` (:func:`build_overrides`, one a line), ``config.yaml`` (composed, for
   reading) and ``launch.sh`` (``python -m verl.trainer.main_ppo``, or ``ray job submit`` for
-  several nodes). With ``verl.run: true`` it also runs ``launch.sh``.
+  several nodes).
+
+and beside it the run file ``OUTPUT_DIR/astra-rl.json`` (``training.run.record_run``), as the
+TRL backend does, so that the run directory reads as an ``astra-train rl`` run. With
+``verl.run: true`` it also runs ``launch.sh``.
 
 The overrides are checked offline against verl's own schema: Hydra compose of ``ppo_trainer``
 in struct mode (an unknown key fails), verl's dataclasses for the algorithm and rollout
@@ -46,7 +50,9 @@ from astra_agent.config import check_writable
 from astra_agent.errors import AstraError, ConfigError
 from training.rl.config import RLConfig
 from training.rl.verl_abf import ABF_SAMPLER, abf_sampler_kwargs
+from training.run import record_run
 from training.verl_job import (
+    VerlJob,
     check_device,
     check_installed,
     check_resume,
@@ -84,22 +90,12 @@ class VerlRLData:
     skipped: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class VerlRLJob:
-    """What ``run_verl`` wrote (and, with ``verl.run: true``, ran)."""
+@dataclass(frozen=True, kw_only=True)
+class VerlRLJob(VerlJob):
+    """The verl job of ``astra-train rl``: also its data and its agent loop file."""
 
-    workdir: Path  # OUTPUT_DIR/verl
     data: VerlRLData
-    overrides_file: Path
-    config_file: Path  # verl-config.yaml
     agent_loop_file: Path
-    launch_script: Path
-    command: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    checkpoint_dir: Path
-    metrics_file: Path
-    ran: bool = False
-    final: Path | None = None  # the converted checkpoint, when run and converted
 
 
 # --------------------------------------------------------------------------- data
@@ -489,7 +485,7 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
     launch = render_launch_script(command, env, "astra-train rl")
     texts = {
         "overrides.txt": "\n".join(overrides) + "\n",
-        "verl-config.yaml": OmegaConf.to_yaml(composed),
+        "config.yaml": OmegaConf.to_yaml(composed),
         "agent_loops.yaml": agent_loop_yaml(cfg),
         "launch.sh": launch,
         "fingerprint.json": fingerprint_text(cfg.fingerprint()),
@@ -498,12 +494,13 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
     if rows.heldout is not None:
         tables["data/heldout.parquet"] = rows.heldout
     write_job_dir(workdir, texts, tables)
+    record_run(cfg)
     Path(env["VERL_FILE_LOGGER_PATH"]).parent.mkdir(parents=True, exist_ok=True)
     return VerlRLJob(
         workdir=workdir,
         data=data,
         overrides_file=workdir / "overrides.txt",
-        config_file=workdir / "verl-config.yaml",
+        config_file=workdir / "config.yaml",
         agent_loop_file=agent_loops,
         launch_script=workdir / "launch.sh",
         command=tuple(command),

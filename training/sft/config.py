@@ -15,55 +15,20 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-
-class TRLOptions(BaseModel):
-    """One machine (CPU in CI, or GPUs): TRL's ``SFTTrainer``."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "float32",
-        description="bfloat16: autocast, float32 master weights (CPU too; refused where the "
-        "device does not compute bf16); auto: bfloat16 where the device computes it (CUDA "
-        "with bf16; a CPU with avx512_bf16, amx_bf16 or ARM's bf16), else float32 with a "
-        "warning (training.device); the real-model recipes use auto",
-    )
-    gradient_checkpointing: bool = False
-    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
-    threads: int | None = Field(None, ge=1, description="torch threads on CPU (default: all)")
+from training.device import TRLOptions
+from training.run import ConvertOptions
+from training.verl_job import VerlJobOptions
 
 
-class VerlOptions(BaseModel):
+class VerlOptions(VerlJobOptions):
     """A cluster: verl's SFT trainer (FSDP) launched with torchrun or as a Ray job."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    nnodes: int = Field(1, ge=1)
-    gpus_per_node: int = Field(8, ge=1)
     launcher: Literal["torchrun", "ray"] = "torchrun"
-    ray_address: str = "http://127.0.0.1:8265"
-    strategy: Literal["fsdp", "fsdp2"] = "fsdp2"
-    ulysses_sequence_parallel_size: int = Field(1, ge=1)
     device: Literal["cuda", "cpu"] = Field(
         "cuda",
         description="cpu: CPU tests and CI only (torchrun, verl's CPU platform from "
         "training.verl_cpu); never on a machine with GPUs",
     )
-    run: bool = Field(False, description="run the launch line (else only write it)")
-    overrides: list[str] = Field(
-        default_factory=list, description="extra verl Hydra overrides, key=value"
-    )
-
-
-class ConvertOptions(BaseModel):
-    """After training: the checkpoint converted for serving (``astra-serve convert``)."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    enabled: bool = True
-    dtype: Literal["bfloat16", "float16"] = "bfloat16"
-    out: Path | None = None  # default: OUTPUT_DIR/final-bf16
 
 
 class SFTConfig(BaseModel):
@@ -97,9 +62,11 @@ class SFTConfig(BaseModel):
     verl: VerlOptions = Field(default_factory=VerlOptions)
     convert: ConvertOptions = Field(default_factory=ConvertOptions)
 
-    # the fields that name input files: a run is resumed by their content, not their paths
-    # (``training.sft.common.prepare_run_dir``)
+    # the fields that name input files: a run is resumed by their content, not their paths;
+    # the run file and the command that writes it (``training.run``)
     INPUTS: ClassVar[tuple[str, ...]] = ("model", "train_files", "val_files")
+    RUN_FILE: ClassVar[str] = "astra-sft.json"
+    COMMAND: ClassVar[str] = "astra-train sft"
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match to resume (data, model, schedule, batch; not where the run

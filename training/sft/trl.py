@@ -22,25 +22,16 @@ from typing import Any
 
 from astra_agent.errors import ConfigError
 from training.device import device_of, trains_in_bf16
-from training.metrics import METRICS_FILE, MetricsLog, SFTStep
+from training.guard import FiniteGuard, check_start_weights
+from training.metrics import MetricsLog, SFTStep
+from training.run import FinishedRun, TrainingRun, check_model
 from training.sft.common import (
-    FinishedRun,
-    check_model,
-    check_run_dir,
     check_sft_parquet,
     check_train_files,
-    checkpoint_step,
-    convert_final,
-    finished_run,
     grad_accumulation,
-    last_complete_checkpoint,
-    prepare_run_dir,
-    save_final,
-    set_aside,
     world_size,
 )
 from training.sft.config import SFTConfig
-from training.sft.guard import FiniteGuard, check_start_weights
 
 log = logging.getLogger(__name__)
 
@@ -293,27 +284,20 @@ def run_trl(cfg: SFTConfig, progress: ProgressHook | None = None) -> SFTResult:
     serving = serving_template(tokenizer)
     rows = tokenized_rows(cfg, tokenizer)
     grad_accumulation(cfg, world_size())
-    resume = check_run_dir(cfg)
-    ckpt = last_complete_checkpoint(cfg.output_dir) if resume else None
-    done = finished_run(cfg, ckpt, tokenizer, serving)
+    run = TrainingRun.open(cfg)
+    ckpt = run.checkpoint
+    done = run.finished(tokenizer, serving)
     if done is not None:
         return SFTResult(cfg.output_dir, done.final, done.converted, done.steps, ckpt, done)
     args = trl_args(cfg, device_of(cfg))  # a dtype the device lacks: refused before any write
     model = load_model(cfg)  # its weights checked before anything is written
-    prepare_run_dir(cfg)
-    if not resume:
-        set_aside(cfg.output_dir)
-    metrics = MetricsLog[SFTStep](
-        cfg.output_dir / METRICS_FILE, checkpoint_step(ckpt) if ckpt else None
-    )
+    run.begin()
     counts = TokenCounts()
-    callbacks = [_metrics_callback(metrics, counts, progress)]
+    callbacks = [_metrics_callback(run.metrics(SFTStep), counts, progress)]
     trainer = make_trainer(cfg, model, tokenizer, rows, args, callbacks, counts)
     if ckpt:
         log.info("resuming from %s", ckpt)
     trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
-    trainer.check_weights()
     trainer.model.set_attn_implementation("sdpa")  # what the saved config says
-    final = save_final(cfg.output_dir, trainer.save_model, tokenizer, serving)
-    converted = convert_final(cfg, final)
+    final, converted = run.save(trainer, tokenizer, serving)
     return SFTResult(cfg.output_dir, final, converted, trainer.state.global_step, ckpt)

@@ -4,7 +4,8 @@
 own config schema offline (Hydra compose in struct mode: an unknown key fails; the optim,
 engine, checkpoint and profiler sections are built as verl's dataclasses), then writes
 ``OUTPUT_DIR/verl/``: ``overrides.txt`` (one override a line), ``config.yaml`` (the composed
-config, for reading) and ``launch.sh`` (the launch line, shell-quoted). With ``verl.run: true``
+config, for reading) and ``launch.sh`` (the launch line, shell-quoted), and the run file
+``OUTPUT_DIR/astra-sft.json`` (``training.run.record_run``). With ``verl.run: true``
 it runs ``launch.sh`` and converts the newest checkpoint with ``serving.convert`` (verl FSDP →
 verl's model merger → bf16) into ``OUTPUT_DIR/final-bf16``.
 
@@ -26,15 +27,16 @@ import logging
 import math
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from astra_agent.config import check_writable
 from astra_agent.errors import ConfigError
-from training.sft.common import check_model, check_sft_parquet, check_train_files
+from training.run import check_model, record_run
+from training.sft.common import check_sft_parquet, check_train_files
 from training.sft.config import SFTConfig
 from training.verl_job import (
+    VerlJob,
     check_device,
     check_resume,
     check_scheduler,
@@ -55,22 +57,6 @@ DATASET_PATH = "pkg://training.sft.verl_dataset"
 DATASET_NAME = "AstraSFTDataset"
 CONFIG_NAME = "sft_trainer_engine"
 SCHEDULERS = ("cosine", "constant")  # what verl's FSDP engine implements (transformer_impl.py)
-
-
-@dataclass(frozen=True)
-class VerlJob:
-    """What ``run_verl`` wrote (and, with ``run: true``, produced)."""
-
-    workdir: Path  # OUTPUT_DIR/verl
-    overrides_file: Path
-    config_file: Path
-    launch_script: Path
-    command: tuple[str, ...]  # the launch line, argv
-    env: tuple[tuple[str, str], ...]  # variables launch.sh exports
-    checkpoint_dir: Path  # trainer.default_local_dir
-    metrics_file: Path  # verl's file logger (JSONL)
-    ran: bool = False
-    final: Path | None = None  # the converted checkpoint, when run and converted
 
 
 # --------------------------------------------------------------------------- overrides
@@ -293,6 +279,7 @@ def prepare_verl(cfg: SFTConfig) -> VerlJob:
             "fingerprint.json": fingerprint_text(cfg.fingerprint()),
         },
     )
+    record_run(cfg)
     return VerlJob(
         workdir=workdir,
         overrides_file=workdir / "overrides.txt",

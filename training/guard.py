@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import AstraError, ConfigError
-from training.sft.common import FINAL_DIR, last_complete_checkpoint
+from training.run import FINAL_DIR, last_complete_checkpoint
 
 
 class TrainingDiverged(AstraError):
