@@ -1,5 +1,5 @@
-"""The one eval runner: items → ``async one(item)`` → typed record, for BFCL, the arenas and
-training's evaluations.
+"""The one eval runner: items → ``async one(item)`` → typed record, for BFCL, the arenas, τ²
+and training's evaluations.
 
 It owns what every eval needs and none should copy: bounded concurrency (a pool of workers),
 whole-record appends to ``results.jsonl``, progress with a known total, ``--resume`` (entries
@@ -9,6 +9,12 @@ consecutive connection failures the run stops (:class:`EndpointDied`, exit 1) in
 recording every remaining entry as an error (a record says whether its entry failed because the
 endpoint could not be reached: ``EvalRecord.unreachable``); what was recorded stays, entries
 that failed only because the endpoint was gone are not recorded.
+
+:func:`run_eval` is the whole of a model-backed eval: ``--out`` and the endpoint checked, the
+run's fingerprint, the results continued, the summary. An eval may name more endpoints than the
+model's (τ²'s user simulator: :attr:`EvalSpec.endpoints`), each checked and recorded as the
+model's is, and may play its items in a loop of its own instead of one ``one(item, model)`` call
+each (τ²'s inspect_evals loop: :attr:`EvalSpec.player`).
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -223,51 +230,115 @@ async def run_items(
 
 
 @dataclass(frozen=True)
+class Clients:
+    """A run's endpoints, each checked (its model's name known): the model's (``--base-url``)
+    and the eval's other ones by name (:attr:`EvalSpec.endpoints`)."""
+
+    model: ChatModel
+    others: Mapping[str, ChatModel] = field(default_factory=dict)
+
+    async def close(self) -> None:
+        await self.model.close()
+        for other in self.others.values():
+            await other.close()
+
+
+PlayOne = Callable[[T], Awaitable[R]]
+# An eval's own loop: given the items still to run and the clients, it plays them (its own
+# concurrency) while the context is open, and hands each item's record to the call waiting
+# for it; leaving the context with an exception stops it, without one waits for it to end.
+Player = Callable[[Sequence[T], Clients], AbstractAsyncContextManager[PlayOne[T, R]]]
+
+
+@dataclass(frozen=True, kw_only=True)
 class EvalSpec(Generic[T, R, S]):
-    """One model-backed eval, for :func:`run_eval`."""
+    """One model-backed eval, for :func:`run_eval`: each item played by ``one(item, model)``
+    (``--concurrency`` at once) or by a ``player`` (exactly one of the two).
+
+    ``endpoints``: endpoints besides the model's, by name, each checked as the model's is and
+    recorded under its name (its model and sampling) in config.json's fingerprint and in
+    summary.json (the summary type declares the field)."""
 
     items: Sequence[T]
     key: Callable[[T], str]
-    one: Callable[[T, ChatModel], Awaitable[R]]
     record: type[R]
     fingerprint: dict[str, Any]  # what the results depend on besides the model and sampling
     summarize: Callable[[list[R]], S]  # the eval's figures of summary.json
+    one: Callable[[T, ChatModel], Awaitable[R]] | None = None
+    player: Player[T, R] | None = None
+    endpoints: Mapping[str, ModelConfig] = field(default_factory=dict)
     kind: str | None = None  # the eval kind (eval/kinds.py), recorded in config.json
+
+    def __post_init__(self) -> None:
+        if (self.one is None) == (self.player is None):
+            raise ValueError("an EvalSpec plays its items by `one` or by `player`: one of them")
 
 
 async def run_eval(
     cfg: RunConfig, spec: EvalSpec[T, R, S], progress: ProgressHook[R] | None = None
 ) -> tuple[S, RunResult[R]]:
-    """Check ``--out``, check the endpoint, continue the results there, run, and write
+    """Check ``--out``, check the endpoints, continue the results there, run, and write
     ``summary.json`` (also when the endpoint dies: what is recorded is summarized); return
     the summary as its readers take it."""
     ensure_writable_dir(cfg.out)
-    model = ChatModel(cfg.model)
+    others = {name: ChatModel(config) for name, config in spec.endpoints.items()}
+    clients = Clients(ChatModel(cfg.model), others)
     t0 = time.monotonic()
     try:
-        served = await model.check_model()
-        meta = RunMeta(
-            kind=spec.kind,
-            fingerprint={**model_fingerprint(cfg.model, served), **spec.fingerprint},
-            base_url=cfg.model.base_url,
-        )
+        served, meta = await _check(cfg, spec, clients)
         resume = cfg.resume or cfg.retry_errors
         done = prepare_results_dir(cfg.out, meta, resume, spec.record)
         try:
-            result = await run_items(
-                spec.items, spec.key, lambda item: spec.one(item, model), out=cfg.out,
-                done=done, concurrency=cfg.concurrency, retry_errors=cfg.retry_errors,
-                max_connection_failures=cfg.max_connection_failures, progress=progress,
-            )  # fmt: skip
+            result = await _run(cfg, spec, clients, done, progress)
         except EndpointDied:
             records = read_selected(cfg.out, spec)
-            _write_summary(cfg.out, spec, records, len(spec.items), served, t0)
+            _write_summary(cfg.out, spec, meta, records, len(spec.items), served, t0)
             raise
     finally:
-        await model.close()
-    summary = _write_summary(cfg.out, spec, result.records, result.total, served, t0)
+        await clients.close()
+    summary = _write_summary(cfg.out, spec, meta, result.records, result.total, served, t0)
     refuse_all_failed(result.records, cfg.out)
     return summary, result
+
+
+async def _check(cfg: RunConfig, spec: EvalSpec[T, R, S], clients: Clients) -> tuple[str, RunMeta]:
+    """Check each endpoint (the model's first); return the model's name and the run's meta:
+    the model's fingerprint, each other endpoint's under its name, then the eval's."""
+    served = await clients.model.check_model()
+    fingerprint = model_fingerprint(cfg.model, served)
+    for name, client in clients.others.items():
+        fingerprint[name] = model_fingerprint(spec.endpoints[name], await client.check_model())
+    meta = RunMeta(
+        kind=spec.kind,
+        fingerprint={**fingerprint, **spec.fingerprint},
+        base_url=cfg.model.base_url,
+    )
+    return served, meta
+
+
+async def _run(
+    cfg: RunConfig,
+    spec: EvalSpec[T, R, S],
+    clients: Clients,
+    done: dict[str, R],
+    progress: ProgressHook[R] | None,
+) -> RunResult[R]:
+    """:func:`run_items` over ``spec``'s items: each by ``one`` (``--concurrency`` at once), or
+    each waiting for its record from the ``player`` (which bounds its own concurrency)."""
+    play: AbstractAsyncContextManager[PlayOne[T, R]]
+    if spec.player is None:
+        assert spec.one is not None
+        one, model = spec.one, clients.model
+        play, concurrency = nullcontext(lambda item: one(item, model)), cfg.concurrency
+    else:
+        todo = to_run(spec.items, spec.key, done, cfg.retry_errors)  # what run_items runs
+        play, concurrency = spec.player(todo, clients), max(1, len(todo))
+    async with play as play_one:
+        return await run_items(
+            spec.items, spec.key, play_one, out=cfg.out, done=done, concurrency=concurrency,
+            retry_errors=cfg.retry_errors, max_connection_failures=cfg.max_connection_failures,
+            progress=progress,
+        )  # fmt: skip
 
 
 def refuse_all_failed(records: Sequence[EvalRecord], out: Path) -> None:
@@ -292,9 +363,18 @@ def read_selected(out: Path, spec: EvalSpec[T, R, S]) -> list[R]:
 
 
 def _write_summary(
-    out: Path, spec: EvalSpec[T, R, S], records: list[R], total: int, model: str, t0: float
+    out: Path,
+    spec: EvalSpec[T, R, S],
+    meta: RunMeta,
+    records: list[R],
+    total: int,
+    model: str,
+    t0: float,
 ) -> S:
-    return write_summary(out, spec.summarize(records), len(records), total, model, t0)
+    figures = spec.summarize(records)
+    if spec.endpoints:  # each other endpoint's model and sampling, as config.json has them
+        figures = figures.model_copy(update={n: meta.fingerprint[n] for n in spec.endpoints})
+    return write_summary(out, figures, len(records), total, model, t0)
 
 
 def write_summary(out: Path, figures: S, recorded: int, total: int, model: str, t0: float) -> S:

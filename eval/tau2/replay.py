@@ -2,7 +2,7 @@
 and the user simulator of every task from the task's own evaluation criteria. A fake model.
 
 The conversation is found by the request's ``user`` field (``tau2:domain/task_id/trial``, sent
-by :mod:`eval.tau2.provider`); the side by the system prompt (τ²'s agent is told it is a
+by :mod:`eval.tau2.adapter`); the side by the system prompt (τ²'s agent is told it is a
 customer service agent). The task's gold actions are performed in their order, one call per
 reply, each by its side: the agent with its tools, the user (telecom's phone settings) with its
 own, each side handing the turn over when the next action is the other's. Then the agent says

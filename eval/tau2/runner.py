@@ -3,27 +3,21 @@ endpoint, with the user simulator on a second one.
 
 τ² itself — its tasks, databases, policies, tools, user-simulator loop and scorers — is
 inspect_evals' (:data:`DATA_VERSION`), run unchanged by inspect_ai; what is ours is the
-endpoint path (:mod:`eval.tau2.provider`), the run directory (one whole record per conversation
-appended as it ends, ``--resume``, ``--retry-errors``, the fingerprint that refuses another
-model, simulator or data version), trials and pass^k, and the conversations as
+endpoint path and the player (:mod:`eval.tau2.adapter`, the one module that touches
+inspect_ai), the run directory (one whole record per conversation appended as it ends,
+``--resume``, ``--retry-errors``, the fingerprint that refuses another model, simulator or data
+version), trials and pass^k, and the conversations as
 :class:`~astra_agent.trajectory.Trajectory` records.
 
-How the two runners meet: :func:`eval.runner.run_items` waits for each conversation's record,
-while one inspect_ai eval (inspect_ai runs one at a time in a process) plays the conversations
-still to run, ``concurrency`` at once, each ending in :func:`_recorded`, which builds the record
-from the sample's state and hands it over.
+The run is :func:`eval.runner.run_eval`'s, with the user simulator as a second endpoint and
+inspect_evals' loop as its player (:class:`eval.tau2.adapter.Tau2Player`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import time
 from collections import defaultdict
-from collections.abc import Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,36 +25,18 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, model_validator
 
 from astra_agent.errors import ConfigError
-from astra_agent.model import ChatModel, ModelConfig
-from astra_agent.trajectory import Trajectory, Usage
-from eval.results import (
-    RESULTS,
-    EvalRecord,
-    RunMeta,
-    ensure_writable_dir,
-    model_fingerprint,
-    prepare_results_dir,
-    read_results,
-)
-from eval.runner import (
-    EndpointDied,
-    ProgressHook,
-    RunConfig,
-    refuse_all_failed,
-    run_items,
-    to_run,
-    write_summary,
-)
+from astra_agent.model import ModelConfig
+from eval.results import ensure_writable_dir
+from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
 from eval.summaries import Tau2Domain, Tau2Summary
+from eval.tau2.records import Domain, Item, Tau2Record
 
 if TYPE_CHECKING:
     from inspect_ai import Task
-    from inspect_ai.solver import TaskState
 
 log = logging.getLogger(__name__)
 NAME = "tau2"  # the eval kind (eval/kinds.py)
 
-Domain = Literal["retail", "telecom", "airline"]
 DOMAINS: tuple[Domain, ...] = ("retail", "telecom", "airline")
 PAPER_DOMAINS: tuple[Domain, ...] = ("retail", "telecom")
 
@@ -155,44 +131,6 @@ class Tau2Config(RunConfig):
         return self.user or self.model
 
 
-class Tau2Record(EvalRecord):
-    """One conversation: ``id`` is ``domain/task_id/trial``; ``reward`` 1.0 when every check
-    of the task passed, ``None`` when the conversation could not be played (an error)."""
-
-    domain: str
-    task_id: str
-    trial: int
-    reward: float | None = None
-    explanation: str = ""
-    turns: int = 0  # user-simulator messages
-    tool_calls: int = 0  # the agent's
-    user_tool_calls: int = 0
-    # "stop", "transfer", "out_of_scope", "message_limit", "max_steps", "error"
-    termination: str = ""
-    usage: dict[str, dict[str, int]] = Field(default_factory=dict)
-    trajectory: Trajectory | None = None  # the agent's side: policy, user turns, calls, results
-    user_side: list[dict[str, Any]] = Field(default_factory=list)  # the simulator's messages
-
-
-@dataclass(frozen=True)
-class Item:
-    domain: Domain
-    task_id: str
-    trial: int
-
-    @property
-    def id(self) -> str:
-        return f"{self.domain}/{self.task_id}/{self.trial}"
-
-
-def error_record(item: Item, error: str) -> Tau2Record:
-    """A conversation that could not be played or scored (``run`` error: not scored)."""
-    return Tau2Record(
-        id=item.id, domain=item.domain, task_id=item.task_id, trial=item.trial,
-        termination="error", error_kind="run", error=error,
-    )  # fmt: skip
-
-
 # ------------------------------------------------------------------ tasks
 
 
@@ -240,227 +178,6 @@ def select_items(cfg: Tau2Config, tasks: dict[Domain, Task]) -> list[Item]:
             "'[mobile_data_issue]…'",
         )
     return items
-
-
-# ------------------------------------------------------------------ one conversation's record
-
-
-def _termination(state: TaskState, failed: bool) -> str:
-    from eval.tau2.provider import OVER
-
-    if failed:
-        return "error"
-    if state.store.get(OVER):
-        return "max_steps"
-    text = state.output.completion if state.output else ""
-    for mark, name in (("###STOP###", "stop"), ("###TRANSFER###", "transfer")):
-        if mark in text:
-            return name
-    return "out_of_scope" if "###OUT-OF-SCOPE###" in text else "message_limit"
-
-
-def _calls(messages: list[Any]) -> int:
-    from inspect_ai.model import ChatMessageAssistant
-
-    return sum(len(m.tool_calls or []) for m in messages if isinstance(m, ChatMessageAssistant))
-
-
-def _trajectory(agent_messages: list[Any], tools: list[dict[str, Any]], model: str) -> Trajectory:
-    from eval.tau2.provider import to_messages
-
-    messages = to_messages(agent_messages)
-    return Trajectory(
-        model=model,
-        messages=messages,
-        tools=tools,
-        steps=sum(1 for m in messages if m["role"] == "assistant"),
-    )
-
-
-async def _record(item: Item, state: TaskState, score: Any, model: str) -> Tau2Record:
-    from inspect_ai.model import ChatMessageAssistant, ChatMessageUser
-    from inspect_ai.util import store_as
-    from inspect_evals.tau2.common.agents import StoredAgentState
-    from inspect_evals.tau2.common.metadata import Tau2MetaData
-
-    from eval.tau2.provider import AGENT_TOOLS, FAILURE, USAGE, to_messages
-
-    meta = Tau2MetaData.model_validate(state.metadata)
-    agent = store_as(StoredAgentState, meta.instance)
-    failure = state.store.get(FAILURE)
-    error = state.store.get(RUN_ERROR)
-    usage = state.store.get(USAGE) or {}
-    traj = _trajectory(agent.messages, state.store.get(AGENT_TOOLS) or [], model)
-    traj.usage = Usage(
-        prompt_tokens=usage.get("agent", {}).get("prompt_tokens", 0),
-        completion_tokens=usage.get("agent", {}).get("completion_tokens", 0),
-    )
-    fields: dict[str, Any] = {
-        "id": item.id,
-        "domain": item.domain,
-        "task_id": item.task_id,
-        "trial": item.trial,
-        "turns": sum(1 for m in state.messages if isinstance(m, ChatMessageAssistant)),
-        "tool_calls": _calls(agent.messages),
-        "user_tool_calls": _calls(state.messages),
-        "termination": _termination(state, failure is not None or error is not None),
-        "usage": usage,
-        "trajectory": traj,
-        # the simulator's own messages (its prompt, replies, tool calls and results); the
-        # agent's, which it sees as user turns, are the trajectory's
-        "user_side": to_messages([m for m in state.messages if not isinstance(m, ChatMessageUser)]),
-    }
-    if failure is not None:
-        traj.termination, traj.model_failure = "model_error", failure["kind"]
-        traj.termination_detail = f"{failure['side']}: {failure['error']}"
-        return Tau2Record(
-            **fields, error=traj.termination_detail, error_kind="inference",
-            endpoint_failure=failure["kind"],
-        )  # fmt: skip
-    if error is not None:
-        traj.termination, traj.termination_detail = "error", error
-        return Tau2Record(**fields, error=error, error_kind="run")
-    if fields["termination"] in ("message_limit", "max_steps"):
-        traj.termination = "max_steps"
-    from inspect_ai.scorer import CORRECT
-
-    passed = score.value == CORRECT
-    return Tau2Record(**fields, reward=1.0 if passed else 0.0, explanation=score.explanation or "")
-
-
-RUN_ERROR = "astra_tau2_run_error"  # an exception of the conversation outside τ²'s loop
-
-
-# ------------------------------------------------------------------ the bridge
-
-
-class _Bridge:
-    """The conversations still to run, played by one inspect_ai eval; each one's record is
-    handed to the worker of :func:`run_items` that waits for it."""
-
-    def __init__(self, items: Sequence[Item], model: str) -> None:
-        loop = asyncio.get_running_loop()
-        self.model = model
-        self.futures: dict[str, asyncio.Future[Tau2Record]] = {
-            i.id: loop.create_future() for i in items
-        }
-        self.items = {i.id: i for i in items}
-
-    async def wait(self, item: Item) -> Tau2Record:
-        return await self.futures[item.id]
-
-    def deliver(self, rec: Tau2Record) -> None:
-        future = self.futures.get(rec.id)
-        if future is not None and not future.done():
-            future.set_result(rec)
-
-    def end(self, exc: BaseException | None) -> None:
-        """The eval is over: a conversation it ended without a record is a run error (or
-        the eval's own exception)."""
-        for rid, future in self.futures.items():
-            if future.done():
-                continue
-            if isinstance(exc, asyncio.CancelledError):
-                future.cancel()
-            elif exc is not None:
-                future.set_exception(exc)
-            else:
-                error = "inspect_ai ended the conversation without a score"
-                future.set_result(error_record(self.items[rid], error))
-
-    def task(self, domain: Domain, source: Task, items: list[Item], track: bool) -> Task:
-        """``source`` (τ²'s task) for ``items``: a sample per conversation (its id is the
-        record's), τ²'s solver inside a guard, τ²'s scorer followed by :meth:`deliver`."""
-        from inspect_ai import Task
-        from inspect_ai.dataset import MemoryDataset
-        from inspect_ai.scorer import Score, Target, accuracy, scorer
-        from inspect_ai.solver import Generate, solver
-        from inspect_ai.util._store import suspend_store_events
-
-        from eval.tau2.provider import FAILURE, SAMPLE
-
-        by_id = {str(s.id): s for s in source.dataset}
-        samples = [by_id[i.task_id].model_copy(update={"id": i.id}) for i in items]
-        inner_solver = source.solver
-        inner_scorer = source.scorer[0] if source.scorer else None
-        bridge = self
-
-        @solver
-        def guarded() -> Any:
-            async def solve(state: TaskState, generate: Generate) -> TaskState:
-                state.store.set(SAMPLE, f"tau2:{state.sample_id}")
-                try:
-                    # inspect_ai diffs the whole store (retail: a 2.6 MB database) at every
-                    # step for its transcript, which we do not keep: 2/3 of the CPU of a
-                    # conversation. The store itself works as usual.
-                    with suspend_store_events() if not track else nullcontext():
-                        return await inner_solver(state, generate)
-                except Exception as exc:  # recorded as the conversation's error, not scored
-                    state.store.set(RUN_ERROR, f"{type(exc).__name__}: {exc}")
-                    return state
-
-            return solve
-
-        @scorer(metrics=[accuracy()])
-        def recorded() -> Any:
-            async def score(state: TaskState, target: Target) -> Score:
-                item = bridge.items[str(state.sample_id)]
-                result = None
-                failed = state.store.get(RUN_ERROR) or state.store.get(FAILURE)
-                if not failed and inner_scorer is not None:
-                    try:
-                        result = await inner_scorer(state, target)
-                    except Exception as exc:
-                        state.store.set(RUN_ERROR, f"scoring: {type(exc).__name__}: {exc}")
-                try:
-                    rec = await _record(item, state, result, bridge.model)
-                except Exception as exc:
-                    rec = error_record(item, f"recording: {type(exc).__name__}: {exc}")
-                bridge.deliver(rec)
-                return result or Score(value=0, explanation=rec.error or "")
-
-            return score
-
-        return Task(
-            dataset=MemoryDataset(samples, name=f"tau2_{domain}"),
-            solver=guarded(),
-            scorer=recorded(),
-            name=f"tau2_{domain}",
-        )
-
-
-async def _play(
-    bridge: _Bridge,
-    tasks: list[Task],
-    agent: ChatModel,
-    user: ChatModel,
-    cfg: Tau2Config,
-) -> None:
-    import inspect_ai._util.entrypoints as entrypoints
-    from inspect_ai import eval_async
-    from inspect_ai.util._display import init_display_type
-
-    from eval.tau2.provider import inspect_model
-
-    init_display_type("none")  # our progress bar, not inspect_ai's
-    # At start inspect_ai loads every installed package's inspect_ai entry point (to find
-    # hooks): inspect_evals' imports all of its evals, 780 modules and 2 s of a run's start.
-    # τ²'s modules are imported directly and our provider registers itself; nothing else is
-    # needed.
-    entrypoints._inspect_ai_eps_loaded_all = True
-    n = cfg.concurrency  # conversations at once: a domain at a time, n of its conversations
-    try:
-        await eval_async(
-            tasks, model=inspect_model(agent, "agent", n, cfg.max_steps),
-            model_roles={"user": inspect_model(user, "user", n, cfg.max_steps)},
-            log_dir=str(cfg.out / "inspect"), log_samples=cfg.inspect_log, log_realtime=False,
-            fail_on_error=False, max_samples=n, max_tasks=1, max_connections=n,
-            score_display=False,
-        )  # fmt: skip
-    except BaseException as exc:
-        bridge.end(exc)
-        raise
-    bridge.end(None)
 
 
 # ------------------------------------------------------------------ summary
@@ -522,76 +239,29 @@ async def evaluate_tau2(
     ``--retry-errors``, recorded as an error), append each record as it ends, write
     summary.json."""
     require_inspect_evals()
-    ensure_writable_dir(cfg.out)
-    t0 = time.monotonic()
+    ensure_writable_dir(cfg.out)  # before τ²'s tasks load (seconds)
+    from eval.tau2.adapter import USER, Tau2Player  # inspect_ai: imported as a run starts
+
     sources = {d: load_task(d) for d in cfg.domains}
-    items = select_items(cfg, sources)
-    agent, user = ChatModel(cfg.model), ChatModel(cfg.user_model)
-    try:
-        served = await agent.check_model()
-        user_served = await user.check_model()
-        user_fp = model_fingerprint(cfg.user_model, user_served)
-        meta = RunMeta(
-            kind=NAME,
-            fingerprint={
-                **model_fingerprint(cfg.model, served),
-                "user_simulator": user_fp,
-                "data": data_version(),
-                "message_limit": cfg.message_limit,
-                "max_steps": cfg.max_steps,
-            },
-            base_url=cfg.model.base_url,
-        )
-        resume = cfg.resume or cfg.retry_errors
-        done = prepare_results_dir(cfg.out, meta, resume, Tau2Record)
-        todo = to_run(items, lambda i: i.id, done, cfg.retry_errors)  # what run_items runs
-        extra = {"data": meta.fingerprint["data"], "user_simulator": user_fp,
-                 "base_url": cfg.model.base_url}  # fmt: skip
-        bridge = _Bridge(todo, served)
-        by_domain: dict[Domain, list[Item]] = defaultdict(list)
-        for i in todo:
-            by_domain[i.domain].append(i)
-        tasks = [bridge.task(d, sources[d], its, cfg.inspect_log) for d, its in by_domain.items()]
-        player = asyncio.create_task(_play(bridge, tasks, agent, user, cfg)) if tasks else None
-        try:
-            result = await run_items(
-                items, lambda i: i.id, bridge.wait, out=cfg.out, done=done,
-                concurrency=max(1, len(todo)), retry_errors=cfg.retry_errors,
-                max_connection_failures=cfg.max_connection_failures, progress=progress,
-            )  # fmt: skip
-        except EndpointDied:
-            await _stop(player)
-            _write(cfg, items, t0, served, extra)  # what is recorded is summarized
-            raise
-        except BaseException:
-            await _stop(player)
-            raise
-        if player is not None:
-            await player
-    finally:
-        await agent.close()
-        await user.close()
-    summary = _write(cfg, items, t0, served, extra, result.records)
-    refuse_all_failed(result.records, cfg.out)
+    data = data_version()
+
+    def summary_of(records: list[Tau2Record]) -> Tau2Summary:
+        extra = {"data": data, "base_url": cfg.model.base_url}
+        return summarize(records, cfg.trials).model_copy(update=extra)
+
+    player = Tau2Player(
+        sources=sources, log_dir=cfg.out / "inspect", keep_log=cfg.inspect_log,
+        concurrency=cfg.concurrency, max_steps=cfg.max_steps,
+    )  # fmt: skip
+    spec = EvalSpec(
+        items=select_items(cfg, sources),
+        key=lambda i: i.id,
+        player=player,
+        endpoints={USER: cfg.user_model},
+        record=Tau2Record,
+        fingerprint={"data": data, "message_limit": cfg.message_limit, "max_steps": cfg.max_steps},
+        summarize=summary_of,
+        kind=NAME,
+    )
+    summary, _ = await run_eval(cfg, spec, progress)
     return summary
-
-
-async def _stop(player: asyncio.Task[None] | None) -> None:
-    if player is not None:
-        player.cancel()
-        await asyncio.gather(player, return_exceptions=True)
-
-
-def _write(
-    cfg: Tau2Config,
-    items: list[Item],
-    t0: float,
-    model: str,
-    extra: dict[str, Any],
-    records: list[Tau2Record] | None = None,
-) -> Tau2Summary:
-    if records is None:  # the run stopped: what is recorded is summarized
-        done = read_results(cfg.out / RESULTS, Tau2Record)
-        records = [done[i.id] for i in items if i.id in done]
-    figures = summarize(records, cfg.trials).model_copy(update=extra)
-    return write_summary(cfg.out, figures, len(records), len(items), model, t0)

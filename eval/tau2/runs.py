@@ -38,7 +38,7 @@ from eval.stats import (
 )
 
 if TYPE_CHECKING:
-    from eval.tau2.runner import Tau2Record
+    from eval.tau2.records import Tau2Record
 
 TaskChange = Literal["better", "worse", "same", "unscored"]
 TASK_CHANGES: tuple[TaskChange, ...] = ("better", "worse", "same", "unscored")
