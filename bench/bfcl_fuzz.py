@@ -88,7 +88,7 @@ def _rename(name: str, c: Choose, others: list[str]) -> str:
     kind = c.pick(["fullwidth", "one_fullwidth", "ligature", "dotted", "expression", "spaces"])
     if kind == "fullwidth":
         return "".join(FULLWIDTH.get(ch, ch) for ch in name)
-    if kind == "one_fullwidth":
+    if kind == "one_fullwidth" and name:
         i = c.integer(0, len(name) - 1)
         return name[:i] + FULLWIDTH.get(name[i], name[i]) + name[i + 1 :]
     if kind == "ligature":
@@ -185,7 +185,9 @@ def _mutate_structure(turns: Raw, c: Choose) -> Raw:
     kind = c.pick(["empty_step", "split", "merge_turns", "drop_turn", "extra_turn", "duplicate"])
     kind = c.pick([kind, "text_step", "multi_key", "drop_call"])
     busy = _busy(turns)
-    if kind == "empty_step":
+    if not turns:  # every turn dropped already: nothing to pick from, an empty turn to add
+        turns.append([])
+    elif kind == "empty_step":
         t = c.integer(0, len(turns) - 1)
         turns[t].insert(c.integer(0, len(turns[t])), c.pick([[], [{}], ""]))
     elif kind == "merge_turns" and len(turns) > 1:

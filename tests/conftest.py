@@ -87,6 +87,37 @@ def shared_once(
         return out
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def from_a_terminal() -> None:
+    """A ``preexec_fn``: the child starts as from an interactive shell, whatever started the
+    test run (``nohup``, ``cmd &``, a CI runner): SIGINT, SIGTERM and SIGHUP at their default
+    and no signal blocked. Tests that signal a child assert what a user at a terminal gets."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
+def signal_state(pid: int) -> str:
+    """The ignored, blocked and caught stop signals of ``pid`` (from /proc), for the message of
+    a test whose signalled child did not exit."""
+    try:
+        fields = dict(
+            line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        )
+    except OSError as exc:
+        return f"pid {pid}: {exc}"
+
+    def names(mask: str) -> str:
+        bits = int(mask, 16)
+        return ",".join(s.name for s in STOP_SIGNALS if bits >> (s - 1) & 1) or "-"
+
+    return f"pid {pid} state {fields.get('State', '?').strip()}: " + " ".join(
+        f"{k} {names(fields[k])}" for k in ("SigIgn", "SigBlk", "SigCgt") if k in fields
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -20,6 +20,7 @@ from astra_agent.errors import ConfigError, ServerError
 from astra_agent.mcp_config import load_mcp_config, parse_mcp_config
 from astra_agent.mcp_env import MCPEnvironment, assign_names
 from astra_agent.procs import descendants
+from tests.conftest import from_a_terminal, signal_state
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = REPO / ".mcp-servers" / "node_modules" / ".bin"
@@ -313,13 +314,18 @@ def test_ctrl_c_during_a_hanging_call_cleans_up(tmp_path: Path) -> None:
         "asyncio.run(main())\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
+                            start_new_session=True, preexec_fn=from_a_terminal)  # fmt: skip
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     time.sleep(0.5)
     kids = descendants(proc.pid)
     assert kids
     os.kill(proc.pid, signal.SIGINT)  # only the parent: our code must end the children
-    proc.wait(timeout=120)  # a bound on a hang, not a speed: machines get busy
+    try:
+        proc.wait(timeout=120)  # a bound on a hang, not a speed: machines get busy
+    except subprocess.TimeoutExpired:
+        state = signal_state(proc.pid)
+        proc.kill()
+        raise AssertionError(f"no exit on SIGINT: {state}") from None
     time.sleep(0.5)
     assert not [k for k in kids if alive(k)]
 

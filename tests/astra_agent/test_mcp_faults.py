@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import logging
 import sys
 import threading
 import time
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from astra_agent import schema
 from astra_agent.environment import OPENAI_TOOL_NAME
 from astra_agent.episode import EpisodeLimits, run_episode
 from astra_agent.mcp_config import parse_mcp_config
@@ -247,21 +249,32 @@ async def test_a_schema_compiled_once_is_checked_inline_for_every_spec_that_has_
 
 
 @pytest.mark.integration
-async def test_episode_with_catastrophic_pattern_runs_the_call(redos_env: MCPEnvironment) -> None:
+async def test_episode_with_catastrophic_pattern_runs_the_call(
+    redos_env: MCPEnvironment, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The episode checks through the bounded, off-loop path and then runs the call.
+
+    How responsive the loop stays during the check is measured on ``schema_error`` itself
+    (above). Here the wall clock only bounds a hang: a whole-suite run in CI once saw one
+    8.7 s stall of this loop on a loaded machine, longer than the check's whole budget, so a
+    gap says nothing about the check at this level; the log line says which path it took."""
+    monkeypatch.setattr(schema, "_WARNED", set())  # an earlier test may have warned already
     args = '{"s": "' + "a" * 40 + '!"}'
     replies = [Reply(tool_calls=[("alternation", args)]), Reply(content="done")]
-    with ScriptedServer(replies) as srv:
+    with ScriptedServer(replies) as srv, caplog.at_level(logging.WARNING, "astra_agent.schema"):
         model = ChatModel(ModelConfig(base_url=srv.base_url, model="scripted"))
         try:
             run = run_episode(
                 model, redos_env, [{"role": "user", "content": "go"}],
                 limits=EpisodeLimits(tool_timeout_s=1.0),
             )  # fmt: skip
-            traj, took, ticks, gap = await _ticking(run)
+            traj, took, ticks, _ = await _ticking(run)
         finally:
             await model.close()
     assert [e.status for e in traj.events] == ["ok"] and traj.termination == "stop"
-    assert took < 10 and ticks >= 5 and gap < 0.8, (ticks, gap, took)  # the loop never froze
+    assert "the check ran out of its 1 s budget" in caplog.text, caplog.text
+    # Python's re would take ~2^40 steps, holding the loop: a bound on that hang, not a speed
+    assert took < 60 and ticks >= 5, (ticks, took)
 
 
 # --------------------------------------------------------------------------- start-up

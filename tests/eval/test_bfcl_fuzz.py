@@ -17,6 +17,7 @@ import pytest
 from bench.bfcl_fuzz import (
     RandomChoose,
     batch,
+    ground_truth_raw,
     mutate,
     official_cli,
     official_in_process,
@@ -51,6 +52,36 @@ def test_random_mutations_score_as_the_official_checker() -> None:
         assert mine == official_in_process(entry, raw), (entry.id, raw)
         seen[mine[1]] += 1
     assert seen[None] >= 5 and len(seen) >= 4, seen
+
+
+class ScriptedChoose:
+    """Choices given in order: the first option equal to the next scripted one, or the number."""
+
+    def __init__(self, script: list[Any]) -> None:
+        self.script = list(script)
+
+    def pick(self, options: Sequence[T]) -> T:
+        want = self.script.pop(0)
+        return next(o for o in options if o == want)
+
+    def integer(self, lo: int, hi: int) -> int:
+        n = int(self.script.pop(0))
+        assert lo <= n <= hi, (lo, n, hi)
+        return n
+
+    def text(self) -> str:
+        return str(self.script.pop(0))
+
+
+@pytest.mark.parametrize("last", ["empty_step", "drop_turn", "extra_turn"])
+def test_every_turn_dropped_then_another_structural_mutation(last: str) -> None:
+    """Hypothesis found it (CI, 12-06): a two-turn entry with both turns dropped, then a
+    mutation that picks a turn, drew from an empty range."""
+    entry = next(e for e in load_category("base") if len(ground_truth_raw(e)) == 2)
+    drop = [False, "drop_turn", "drop_turn", 0]  # structural, kind, kind again, which turn
+    raw = mutate(entry, ScriptedChoose([3, *drop, *drop, False, last, last]))
+    assert raw == [[]]
+    assert ours(entry, raw) == official_in_process(entry, raw)
 
 
 try:

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from astra_agent.procs import descendants
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from serving.cli import app
-from tests.conftest import free_port
+from tests.conftest import free_port, from_a_terminal, signal_state
 
 FAKE_VLLM = Path(__file__).with_name("fake_vllm.py")
 runner = CliRunner()
@@ -81,6 +81,7 @@ def _wait_for(q: queue.Queue[str | None], needle: str, timeout_s: float) -> list
 
 def _up(model: Path, env: dict[str, str], ignore_sigint: bool = False) -> subprocess.Popen[str]:
     def background() -> None:  # what `cmd &` does in a non-interactive shell
+        from_a_terminal()
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     return subprocess.Popen(
@@ -89,7 +90,7 @@ def _up(model: Path, env: dict[str, str], ignore_sigint: bool = False) -> subpro
         stderr=subprocess.PIPE,
         text=True,
         env=env,
-        preexec_fn=background if ignore_sigint else None,
+        preexec_fn=background if ignore_sigint else from_a_terminal,
     )
 
 
@@ -113,7 +114,11 @@ def test_up_stops_on_signals_with_exit_0_and_no_process_left(
         _wait_for(out, "ready", 60)
         assert len(descendants(proc.pid)) >= 2  # the server and its "engine core"
         proc.send_signal(sig)
-        assert proc.wait(timeout=120) == 0  # a bound on a hang, not a speed: machines get busy
+        try:
+            code = proc.wait(timeout=120)  # a bound on a hang, not a speed: machines get busy
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"no exit on {sig!r}: {signal_state(proc.pid)}") from None
+        assert code == 0
         err = proc.stderr.read() if proc.stderr else ""
     finally:
         if proc.poll() is None:
