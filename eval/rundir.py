@@ -9,8 +9,9 @@ writers leave:
   :class:`eval.evalkind.Guess`), ``results.jsonl`` (one record per entry; the later of two
   with one id wins), ``summary.json`` (written at the end of a run);
 * ``sft``, ``rl`` (``astra-train``): ``astra-sft.json`` / ``astra-rl.json`` (the fingerprint),
-  ``metrics.jsonl`` (one record per logged step; verl's file logger writes ``verl/metrics.jsonl``
-  as ``{"step", "data"}``), ``final/`` once training finished.
+  ``metrics.jsonl`` (one record per logged step; verl's file logger writes a file per launch,
+  ``verl-metrics/*.jsonl``, as ``{"step", "data"}``), ``final/`` once training finished
+  (verl's: ``final-bf16/``, its converted last checkpoint).
 
 A run that is still going, or was killed, is read as far as it goes: a torn last line is left
 out, a missing ``summary.json`` is computed from the records, and :attr:`Run.problems` says
@@ -62,6 +63,9 @@ KINDS: tuple[RunKind, ...] = (*EVAL_KINDS, *TRAINING_KINDS)
 RUN_FILES: dict[RunKind, str] = {"sft": "astra-sft.json", "rl": "astra-rl.json"}
 METRICS = "metrics.jsonl"
 FINAL_DIR = "final"
+VERL_METRICS_DIR = "verl-metrics"  # training.verl_job.METRICS_DIR: a file per launch
+VERL_FINAL_DIR = "final-bf16"  # what a verl run converts its last checkpoint into
+_MAX_LAUNCHES = 1000
 _HINT = (
     f"pass directories written by `astra-eval {'|'.join(EVAL_KINDS)}` (config.json, "
     "results.jsonl, summary.json) or `astra-train sft|rl` (astra-sft.json or astra-rl.json, "
@@ -435,11 +439,12 @@ def _load_training(path: Path, kind: RunKind, name: str) -> Run:
     metrics, verl = _read_metrics(path, problems)
     last = int(max(m["step"] for m in metrics)) if metrics else None
     planned = _planned_steps(kind, config)
-    finished = (path / FINAL_DIR).is_dir()
+    final = VERL_FINAL_DIR if verl else FINAL_DIR
+    finished = (path / FINAL_DIR).is_dir() or (path / final).is_dir()
     if not finished:
         of = f" of {planned}" if planned else ""
         problems.append(
-            f"no {FINAL_DIR}/ model: training stopped or still running "
+            f"no {final}/ model: training stopped or still running "
             f"(last logged step {last if last is not None else '-'}{of})"
         )
     summary = {"last_step": last, "planned_steps": planned, "finished": finished, "verl": verl}
@@ -455,26 +460,45 @@ def _step(obj: dict[str, Any]) -> str | None:
 
 
 def _read_metrics(path: Path, problems: list[str]) -> tuple[list[dict[str, Any]], bool]:
-    """``metrics.jsonl`` (or verl's ``verl/metrics.jsonl``, flattened) and whether it was
-    verl's; each line must be a step (a finite ``step``); what could not be read goes to
-    ``problems``."""
+    """``metrics.jsonl``, or else verl's (flattened): one file per launch in ``verl-metrics/``,
+    read in name order (launch order), a later launch (resumed from an earlier checkpoint)
+    replacing the earlier launches' lines from its first step on (runs written before that
+    layout have ``verl/metrics.jsonl``); and whether they were verl's. Each line must be a step
+    (a finite ``step``); what could not be read goes to ``problems``."""
     lines = _read_lines(path / METRICS)
-    verl = not lines.objects and not lines.bad and not lines.unreadable and not lines.torn
-    if verl:
-        verl_lines = _read_lines(path / "verl" / METRICS)
-        verl = bool(verl_lines.objects or verl_lines.bad or verl_lines.unreadable)
-        lines = verl_lines if verl else lines
+    files = [(METRICS, lines)]
+    if not (lines.objects or lines.bad or lines.unreadable or lines.torn):
+        verl_files = [
+            (f"{VERL_METRICS_DIR}/{f.name}", _read_lines(f)) for f in _verl_metric_files(path)
+        ]
+        if not verl_files:
+            old = _read_lines(path / "verl" / METRICS)
+            verl_files = [(f"verl/{METRICS}", old)] if old.objects or old.bad else []
+        files = verl_files or files
+    verl = files[0][0] != METRICS
     metrics: list[dict[str, Any]] = []
-    for n, obj in lines.objects:
-        flat = _flat_step(obj)
-        if why := _step(flat):
-            lines.skip(why, n)
-        else:
-            metrics.append(flat)
-    problems += lines.problems(METRICS)
+    for name, got in files:
+        steps = []
+        for n, obj in got.objects:
+            flat = _flat_step(obj)
+            if why := _step(flat):
+                got.skip(why, n)
+            else:
+                steps.append(flat)
+        if steps:  # a later launch logs again the steps after its checkpoint: its lines win
+            metrics = [m for m in metrics if m["step"] < steps[0]["step"]] + steps
+        problems += got.problems(name)
     if not metrics:
         problems.append(f"no metrics yet: {METRICS} is missing or empty")
     return metrics, verl
+
+
+def _verl_metric_files(path: Path) -> list[Path]:
+    folder = path / VERL_METRICS_DIR
+    try:
+        return sorted(f for f in folder.iterdir() if f.suffix == ".jsonl")[:_MAX_LAUNCHES]
+    except OSError:  # none, or not a folder
+        return []
 
 
 def _flat_step(obj: dict[str, Any]) -> dict[str, Any]:

@@ -16,12 +16,10 @@ gives both). With the platform selected, importing it
 * registers verl's ``FSDPEngineWithLMHead`` for device ``cpu`` too (verl picks the engine by the
   platform's device name), and rollout ``astra_http`` (``training.rl.verl_rollout``: a vLLM-CPU
   server process per replica, weights reloaded after every update);
-* makes two small patches, each one module attribute, where registration cannot help:
+* makes one small patch, one module attribute, where registration cannot help:
   ``torch.distributed.init_process_group`` reads the backend ``cpu:gloo,cpu:gloo`` (what verl
-  asks for, ``cpu:gloo,{device}:{backend}``, on this platform; torch refuses it) as ``gloo``,
-  and the TRL probe of ``verl.models.transformers.monkey_patch`` (verl imports TRL's value-head
-  class, gone from TRL 1.16, whenever TRL is installed — not a CPU matter: see
-  :func:`_patch_trl_probe`).
+  asks for, ``cpu:gloo,{device}:{backend}``, on this platform; torch refuses it) as ``gloo``.
+  (verl × TRL's clash is not a CPU matter: ``training.verl_compat`` fixes it for every run.)
 
 The config changes verl needs on CPU are Hydra overrides: :func:`cpu_overrides` (SFT) and
 :func:`rl_cpu_overrides` (PPO).
@@ -34,7 +32,6 @@ logs) an error instead of quietly running a GPU job on the CPU. Importing it wit
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 import os
 from collections.abc import Iterator
@@ -243,8 +240,8 @@ class PlatformCPU(PlatformBase):
 
 
 def register() -> None:
-    """Register the ``cpu`` platform and the FSDP engine for it, and apply the two patches.
-    Raises RuntimeError on a machine with CUDA GPUs."""
+    """Register the ``cpu`` platform and the FSDP engine for it, and patch the process-group
+    start. Raises RuntimeError on a machine with CUDA GPUs."""
     if torch.cuda.is_available():
         message = (
             f"{__name__} (verl on CPU) is for CPU tests and CI only, and this machine has CUDA "
@@ -258,7 +255,6 @@ def register() -> None:
         PlatformRegistry.register(platform=PLATFORM)(PlatformCPU)
     _register_engine()
     _patch_process_group_init()
-    _patch_trl_probe()
     _register_rollout()
 
 
@@ -309,31 +305,6 @@ def _patch_process_group_init() -> None:
 
     init_process_group._astra_cpu = True  # type: ignore[attr-defined]
     dist.init_process_group = init_process_group
-
-
-@functools.cache  # as verl's own probe is
-def _trl_has_value_head() -> bool:
-    for where in ("trl.experimental.ppo", "trl"):
-        try:
-            module = importlib.import_module(where)
-        except ImportError:
-            continue
-        if hasattr(module, "AutoModelForCausalLMWithValueHead"):
-            return True
-    return False
-
-
-def _patch_trl_probe() -> None:
-    """Patch 2. verl's ``apply_monkey_patch`` (run on every FSDP model build) imports TRL's
-    ``AutoModelForCausalLMWithValueHead`` whenever TRL is installed, to patch its
-    ``state_dict``; TRL 1.16 has no such class any more (nor ``trl.experimental.ppo``), so the
-    build fails with ImportError. The probe it calls, ``is_trl_available``, is swapped in that
-    module only for one that asks whether the class exists: if not, there is nothing to patch.
-    This is a verl 0.9.1 × TRL 1.16 clash, not a CPU one: a GPU run in the same environment
-    meets it too."""
-    import verl.models.transformers.monkey_patch as verl_monkey_patch
-
-    verl_monkey_patch.is_trl_available = _trl_has_value_head
 
 
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM:

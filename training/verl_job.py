@@ -10,7 +10,11 @@ Both write ``OUTPUT_DIR/verl/`` the same way and run it the same way:
   (RL) the data;
 * resuming only into a run of the same config (:func:`check_resume`);
 * composing the overrides with verl's own Hydra defaults, offline, in struct mode
-  (:func:`compose`: an unknown key or a bad value is a ConfigError);
+  (:func:`compose`: an unknown key or a bad value is a ConfigError), and building sections into
+  verl's dataclasses (:func:`check_sections`);
+* what every launch line exports (:func:`launch_env`): a metrics file of its own outside the
+  job directory (:func:`launch_metrics_file`), our packages on ``PYTHONPATH``, and the modules
+  verl imports in each process (``training.verl_compat`` always, ``training.verl_cpu`` on CPU);
 * ``launch.sh`` (:func:`render_launch_script`) and running it (:func:`stream`): from the job
   directory (Hydra writes ``outputs/`` into the working directory), in its own process group,
   with SIGTERM sent to it should this process die however it dies (``kill -9`` included: verl's
@@ -98,6 +102,20 @@ def check_installed(*names: str) -> None:
             f"{', '.join(wrong)}",
             hint=INSTALL_HINT,
         )
+
+
+def check_sections(composed: Any, names: Sequence[str]) -> None:
+    """Build each section ``names`` (dotted paths) as verl builds it, into its dataclass: what
+    verl would refuse at start-up is a ConfigError now."""
+    from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
+
+    for name in names:
+        try:
+            omega_conf_to_dataclass(OmegaConf.select(composed, name))
+        except Exception as exc:  # verl raises what its dataclasses raise
+            why = " ".join(str(exc).split())
+            raise ConfigError(f"verl rejects its {name!r} section: {why}") from None
 
 
 def compose(config_name: str, overrides: Sequence[str]) -> Any:
@@ -219,6 +237,49 @@ def ray_job_command(
         module,
         *overrides,
     ]
+
+
+METRICS_DIR = "verl-metrics"
+
+
+def launch_metrics_file(output_dir: Path) -> Path:
+    """Where a launch's metrics go: ``OUTPUT_DIR/verl-metrics/<UTC time>-<n>.jsonl`` (the folder
+    made, the file left to verl). verl's file logger truncates its file at every start, and the
+    job directory is rewritten at every launch, so each launch logs to a file of its own and a
+    resumed run keeps the earlier launches' steps (``eval.rundir`` reads them in name order)."""
+    import time
+
+    folder = Path(output_dir).absolute() / METRICS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    n = 1
+    while (folder / f"{stamp}-{n:03d}.jsonl").exists():  # two launches in one second
+        n += 1
+    return folder / f"{stamp}-{n:03d}.jsonl"
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def launch_env(output_dir: Path, device: str, **extra: str) -> dict[str, str]:
+    """What every verl launch line exports: verl's file logger (this launch's metrics file),
+    our packages on the workers' import path, ``training.verl_compat`` (and, on CPU, the
+    ``training.verl_cpu`` platform and its variables) for verl to import in each process,
+    then ``extra``."""
+    env = {
+        "VERL_FILE_LOGGER_PATH": str(launch_metrics_file(output_dir)),
+        "PYTHONPATH": str(repo_root()),
+    }
+    modules = ["training.verl_compat"]
+    if device == "cpu":
+        from training.verl_cpu import cpu_env
+
+        cpu = cpu_env()
+        modules.append(cpu.pop("VERL_USE_EXTERNAL_MODULES"))
+        env.update(cpu)
+    env["VERL_USE_EXTERNAL_MODULES"] = ",".join(modules)
+    return {**env, **extra}
 
 
 def render_launch_script(command: Sequence[str], env: dict[str, str], who: str) -> str:

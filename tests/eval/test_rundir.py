@@ -282,6 +282,33 @@ def test_verl_file_logger_metrics_are_flattened(tmp_path: Path) -> None:
     assert run.metrics == [{"step": 1, "train/loss": 2.5, "train/lr": 0.001}]
 
 
+def _verl_line(step: int, loss: float) -> str:
+    return json.dumps({"step": step, "data": {"train/loss": loss}}) + "\n"
+
+
+def test_verl_launches_read_in_order_a_resumed_launch_replacing_its_steps(tmp_path: Path) -> None:
+    """A file per launch (``training.verl_job.launch_metrics_file``): the first launch logged
+    steps 1-5 and was killed after its checkpoint at 4; the second resumed from 4, logged 5-8
+    (one line of it bad) and converted its last checkpoint."""
+    out = tmp_path / "verl-rl"
+    (out / "verl-metrics").mkdir(parents=True)
+    (out / "astra-rl.json").write_text('{"fingerprint": {"backend": "verl", "steps": 8}}')
+    first = out / "verl-metrics" / "20261206T100000Z-001.jsonl"
+    first.write_text("".join(_verl_line(s, 9.0) for s in range(1, 6)))
+    second = out / "verl-metrics" / "20261206T100000Z-002.jsonl"  # the same second
+    second.write_text("".join(_verl_line(s, 1.0) for s in range(5, 9)) + '{"step": "x"}\n')
+    (out / "verl").mkdir()  # the job dir of the last launch (an older layout's file ignored)
+    (out / "verl" / "metrics.jsonl").write_text(_verl_line(99, 0.0))
+    run = load_run(out)
+    assert run.kind == "rl" and [m["step"] for m in run.metrics] == list(range(1, 9))
+    assert [m["train/loss"] for m in run.metrics] == [9.0] * 4 + [1.0] * 4
+    assert run.summary == {"last_step": 8, "planned_steps": 8, "finished": False, "verl": True}
+    assert any(p.startswith(f"verl-metrics/{second.name}: line") for p in run.problems)
+    assert any("no final-bf16/ model" in p for p in run.problems), run.problems
+    (out / "final-bf16").mkdir()
+    assert load_run(out).summary["finished"] is True
+
+
 def test_names_are_unique_among_several_runs(tmp_path: Path) -> None:
     a, b = bfcl_run(tmp_path / "x" / "run"), arena_run(tmp_path / "y" / "run")
     assert unique_names([a, b]) == ["x/run", "y/run"]

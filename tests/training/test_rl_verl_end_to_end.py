@@ -228,6 +228,19 @@ def test_each_launch_keeps_its_metrics_file(verl_run: dict[str, Any]) -> None:
     assert logged[-1] == STEPS and sorted(set(logged)) == sorted(logged)
 
 
+def test_astra_eval_reads_the_verl_run_as_an_rl_run(verl_run: dict[str, Any]) -> None:
+    """Both launches' metrics, in step order, the run file and the converted checkpoint."""
+    from eval.rundir import load_run
+
+    run = load_run(verl_run["run"])
+    assert run.kind == "rl" and run.summary["verl"] and run.summary["finished"], run.problems
+    steps = [int(m["step"]) for m in run.metrics]
+    assert steps == [int(m["training/global_step"]) for m in verl_run["logged"]], run.problems
+    resumed = range(verl_run["killed"]["checkpoint"] + 1, STEPS + 1)
+    assert steps[-1] == STEPS and set(steps) >= set(resumed)
+    assert not run.problems
+
+
 def test_another_config_into_the_run_is_refused_with_the_reason(verl_run: dict[str, Any]) -> None:
     refused = verl_run["refused"]
     assert refused.returncode == 2

@@ -391,7 +391,9 @@ def test_launch_sh_one_node_passes_every_override_verbatim(tmp_path: Path) -> No
     argv, env = _script_argv(job.launch_script, tmp_path, "torchrun")
     head = ["--standalone", "--nnodes=1", "--nproc_per_node=8", "-m", "verl.trainer.sft_trainer"]
     assert argv == head + overrides and tuple(argv) == job.command[1:]
-    assert env["VERL_FILE_LOGGER_PATH"] == str(odd.absolute() / "verl" / "metrics.jsonl")
+    metrics = Path(env["VERL_FILE_LOGGER_PATH"])  # a file per launch, outside the job dir
+    assert metrics == job.metrics_file and metrics.parent == odd.absolute() / "verl-metrics"
+    assert env["VERL_USE_EXTERNAL_MODULES"] == "training.verl_compat"
     assert env["TENSORBOARD_DIR"] == str(odd.absolute() / "tensorboard")
     composed = compose_verl_config(argv[5:], check_model=False)  # what verl would parse
     assert composed.trainer.default_local_dir == str(odd.absolute() / "checkpoints")

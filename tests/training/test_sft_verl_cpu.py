@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from astra_agent.errors import ConfigError
+from eval.rundir import load_run
 from tests.training.test_sft_verl import TOOLS, conversation, make_cfg, write_ours
 from training import verl_cpu
 from training.sft.config import SFTConfig
@@ -75,7 +76,7 @@ def test_device_cpu_adds_the_plugin_to_the_generated_job(tmp_path: Path) -> None
     job = prepare_verl(cfg)  # composes the overrides with verl's schema: every key known
     assert job.overrides_file.read_text().splitlines()[-len(cpu_overrides()) :] == cpu_overrides()
     script = job.launch_script.read_text()
-    assert "export VERL_USE_EXTERNAL_MODULES=training.verl_cpu" in script
+    assert "export VERL_USE_EXTERNAL_MODULES=training.verl_compat,training.verl_cpu" in script
     assert "export VERL_PLATFORM=cpu" in script
     cuda = prepare_verl(make_cfg(tmp_path, verl={"gpus_per_node": 1}))
     assert "VERL_PLATFORM" not in cuda.launch_script.read_text()
@@ -130,6 +131,12 @@ def test_verl_sft_trainer_runs_on_cpu_and_matches_trl(
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
     assert (ckpt / f"global_step_{STEPS}" / "model_world_size_1_rank_0.pt").is_file()
     assert job.ran and job.final is not None and (job.final / "config.json").is_file()
+
+    # astra-eval reads the run directory as it reads a TRL SFT run
+    run = load_run(tmp_path / "verl")
+    assert run.kind == "sft" and run.summary["verl"] and run.summary["finished"], run.problems
+    assert [m["step"] for m in run.metrics] == list(range(1, STEPS + 1)) and not run.problems
+    assert [m["train/loss"] for m in run.metrics] == verl_loss
 
     # the TRL backend on the same rows, initial weights and schedule
     result = run_trl(_cfg(random_fp32, parquet, tmp_path / "trl", "trl"))

@@ -57,11 +57,13 @@ from training.verl_job import (
     check_installed,
     check_resume,
     check_scheduler,
+    check_sections,
     compose,
     data_parallel_ranks,
     fingerprint_text,
     hlist,
     hq,
+    launch_env,
     ray_job_command,
     render_launch_script,
     run_job,
@@ -348,23 +350,11 @@ def compose_verl_config(overrides: Sequence[str], *, check_model: bool = True) -
     ``actor_rollout_ref.model`` (HFModelConfig loads the checkpoint; a recipe's placeholder
     path cannot pass)."""
     composed = compose(CONFIG_NAME, overrides)
-    _check_sections(composed, ["algorithm", "actor_rollout_ref.actor", "actor_rollout_ref.rollout"])
+    check_sections(composed, ["algorithm", "actor_rollout_ref.actor", "actor_rollout_ref.rollout"])
     _validate(composed)
     if check_model:
-        _check_sections(composed, ["actor_rollout_ref.model"])
+        check_sections(composed, ["actor_rollout_ref.model"])
     return composed
-
-
-def _check_sections(composed: Any, names: Sequence[str]) -> None:
-    from omegaconf import OmegaConf
-    from verl.utils.config import omega_conf_to_dataclass
-
-    for name in names:
-        try:
-            omega_conf_to_dataclass(OmegaConf.select(composed, name))
-        except Exception as exc:  # verl raises what its dataclasses raise
-            why = " ".join(str(exc).split())
-            raise ConfigError(f"verl rejects its {name!r} section: {why}") from None
 
 
 def _validate(composed: Any) -> None:
@@ -408,35 +398,11 @@ def agent_loop_yaml(cfg: RLConfig) -> str:
 # --------------------------------------------------------------------------- launch
 
 
-def _repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
-def metrics_path(cfg: RLConfig) -> Path:
-    """verl's file logger truncates its file at every start, and the job directory is rewritten
-    at every ``astra-train rl``: each launch logs to a file of its own,
-    ``OUTPUT_DIR/verl-metrics/<UTC time>.jsonl``, so that a resumed run keeps the earlier
-    steps' metrics."""
-    import time
-
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    return Path(cfg.output_dir).absolute() / "verl-metrics" / f"{stamp}.jsonl"
-
-
-def launch_env(cfg: RLConfig, workdir: Path) -> dict[str, str]:
-    """verl's file logger (JSONL metrics), our packages on the workers' import path, and on
-    CPU the plugin's variables."""
-    env = {
-        "VERL_FILE_LOGGER_PATH": str(metrics_path(cfg)),
-        "PYTHONPATH": str(_repo_root()),
-        # what the launch supervisor stopped when the trainer ended (training.verl_launch)
-        "ASTRA_LAUNCH_LOG": str(cfg.output_dir / "verl-launch.log"),
-    }
-    if cfg.verl.device == "cpu":
-        from training.verl_cpu import cpu_env
-
-        env.update(cpu_env())
-    return env
+def rl_launch_env(cfg: RLConfig) -> dict[str, str]:
+    """The launch env every verl job exports (``training.verl_job.launch_env``), and where the
+    launch supervisor records what it stopped when the trainer ended (``training.verl_launch``)."""
+    log_file = str(Path(cfg.output_dir).absolute() / "verl-launch.log")
+    return launch_env(cfg.output_dir, cfg.verl.device, ASTRA_LAUNCH_LOG=log_file)
 
 
 def launch_command(cfg: RLConfig, overrides: Sequence[str], env: dict[str, str]) -> list[str]:
@@ -480,7 +446,7 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
     composed = compose_verl_config(overrides, check_model=model_here)
     if not model_here:
         log.warning("model %s is not on this machine: not checked", cfg.model)
-    env = launch_env(cfg, workdir)
+    env = rl_launch_env(cfg)
     command = launch_command(cfg, overrides, env)
     launch = render_launch_script(command, env, "astra-train rl")
     texts = {
@@ -495,7 +461,6 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
         tables["data/heldout.parquet"] = rows.heldout
     write_job_dir(workdir, texts, tables)
     record_run(cfg)
-    Path(env["VERL_FILE_LOGGER_PATH"]).parent.mkdir(parents=True, exist_ok=True)
     return VerlRLJob(
         workdir=workdir,
         data=data,

@@ -40,11 +40,13 @@ from training.verl_job import (
     check_device,
     check_resume,
     check_scheduler,
+    check_sections,
     compose,
     data_parallel_ranks,
     fingerprint_text,
     hlist,
     hq,
+    launch_env,
     ray_job_command,
     render_launch_script,
     run_job,
@@ -178,20 +180,10 @@ def compose_verl_config(overrides: Sequence[str], *, check_model: bool = True) -
     ``check_model=False`` skips ``model`` (HFModelConfig loads the checkpoint's config and
     tokenizer, so a recipe's placeholder path cannot pass); check it apart."""
     composed = compose(CONFIG_NAME, overrides)
-    _check_sections(composed, ["optim", "engine", "checkpoint", "profiler"])
+    check_sections(composed, ["optim", "engine", "checkpoint", "profiler"])
     if check_model:
         check_model_path(composed)
     return composed
-
-
-def _check_sections(composed: Any, names: Sequence[str]) -> None:
-    from verl.utils.config import omega_conf_to_dataclass
-
-    for name in names:
-        try:
-            omega_conf_to_dataclass(composed[name])
-        except Exception as exc:  # verl raises what its dataclasses raise
-            raise ConfigError(f"verl rejects its {name!r} section: {exc}") from None
 
 
 def check_model_path(composed: Any) -> None:
@@ -202,7 +194,7 @@ def check_model_path(composed: Any) -> None:
             f"model {path} is not a checkpoint (no config.json)",
             hint="point `model:` at an HF checkpoint dir (weights, config.json, tokenizer)",
         )
-    _check_sections(composed, ["model"])
+    check_sections(composed, ["model"])
 
 
 # --------------------------------------------------------------------------- launch
@@ -224,15 +216,13 @@ def launch_command(cfg: SFTConfig, overrides: Sequence[str], env: dict[str, str]
     return ray_job_command(v.ray_address, env, "verl.trainer.sft_trainer_ray", overrides)
 
 
-def launch_env(cfg: SFTConfig, workdir: Path) -> dict[str, str]:
-    env = {"VERL_FILE_LOGGER_PATH": str(workdir / "metrics.jsonl")}
-    if cfg.verl.device == "cpu":
-        from training.verl_cpu import cpu_env
-
-        env.update(cpu_env())
+def sft_launch_env(cfg: SFTConfig) -> dict[str, str]:
+    """The launch env every verl job exports (``training.verl_job.launch_env``), and
+    TensorBoard's folder when ``report_to`` has it."""
+    extra = {}
     if "tensorboard" in cfg.report_to:
-        env["TENSORBOARD_DIR"] = str(Path(cfg.output_dir).absolute() / "tensorboard")
-    return env
+        extra["TENSORBOARD_DIR"] = str(Path(cfg.output_dir).absolute() / "tensorboard")
+    return launch_env(cfg.output_dir, cfg.verl.device, **extra)
 
 
 # --------------------------------------------------------------------------- run
@@ -268,7 +258,7 @@ def prepare_verl(cfg: SFTConfig) -> VerlJob:
         check_model(Path(cfg.model))
     check_resume(cfg.output_dir, workdir, cfg.resume, cfg.fingerprint())
     check_writable(workdir, "output dir", kind="dir")
-    env = launch_env(cfg, workdir)
+    env = sft_launch_env(cfg)
     command = launch_command(cfg, overrides, env)
     write_job_dir(
         workdir,
@@ -288,7 +278,7 @@ def prepare_verl(cfg: SFTConfig) -> VerlJob:
         command=tuple(command),
         env=tuple(env.items()),
         checkpoint_dir=out / "checkpoints",
-        metrics_file=workdir / "metrics.jsonl",
+        metrics_file=Path(env["VERL_FILE_LOGGER_PATH"]),
     )
 
 
