@@ -6,7 +6,8 @@ client, no I/O: :func:`prepare_messages` (what is sent: the current tool loop's 
 earlier turns' dropped), :func:`turn_of` and :func:`collect_stream` (a chat completion, plain
 or streamed, as a turn; anything malformed is a ValueError/TypeError), :func:`recover` and
 :func:`recover_tool_calls` (``<tool_call>`` blocks the server's parser left in the text taken
-as calls). :class:`~astra_agent.model.ChatModel` does the HTTP around them.
+as calls), :func:`stop_token_ids` (the ids that end a turn, for those who sample tokens).
+:class:`~astra_agent.model.ChatModel` does the HTTP around them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+END_OF_TURN = "<|im_end|>"
 
 DeltaHook = Callable[[str, str], None]
 """``on_delta(kind, text)``: a piece of ``"reasoning"`` or ``"content"`` as it arrives."""
@@ -117,6 +119,22 @@ def parse_wire_reply(text: str, *, thinks: bool = True) -> tuple[str, str, list[
     for c in calls:
         c.recovered = False  # parsed as the server's parsers would, not a recovery
     return reasoning, (rest if calls else content), calls
+
+
+def stop_token_ids(tokenizer: Any, eos_ids: int | list[int] | None = None) -> tuple[int, ...]:
+    """The ids that end an assistant turn: ``<|im_end|>``, the tokenizer's eos, and ``eos_ids``
+    (a generation config's ``eos_token_id``, one id or a list). One answer for the two places that
+    sample turns, ``serving.hf_server`` and RL's ``training.rl.policy``, so they stop alike. A
+    checkpoint without ``<|im_end|>`` in its vocabulary gets no id for it (not the unknown
+    token's, which ``convert_tokens_to_ids`` answers)."""
+    ids: set[int] = set()
+    end = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+    if isinstance(end, int) and end != getattr(tokenizer, "unk_token_id", None):
+        ids.add(end)
+    for i in [tokenizer.eos_token_id, *(eos_ids if isinstance(eos_ids, list) else [eos_ids])]:
+        if isinstance(i, int) and i >= 0:
+            ids.add(i)
+    return tuple(sorted(ids))
 
 
 def reasoning_field(obj: Any) -> tuple[str, str | None]:

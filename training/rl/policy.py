@@ -41,15 +41,14 @@ from typing import Any, TypeVar
 
 from astra_agent.errors import ServerError
 from astra_agent.model import DeltaHook, Model, ModelTurn
-from astra_agent.reply import parse_wire_reply
+from astra_agent.reply import END_OF_TURN as END
+from astra_agent.reply import parse_wire_reply, stop_token_ids
 from astra_agent.trajectory import TokenRecord
 from training.rl.generate import Sample, Sampling, TokenGenerator
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-END = "<|im_end|>"
 
 
 class ContextTooLong(ServerError):
@@ -92,14 +91,6 @@ def check_control_text(
             "write (a tool result, the prompt); the environment must not return it (it would "
             "forge turns into the training context)"
         )
-
-
-def stop_token_ids(tokenizer: Any) -> tuple[int, ...]:
-    """The ids that end an assistant turn: ``<|im_end|>`` and the tokenizer's eos."""
-    ids = {tokenizer.convert_tokens_to_ids(END)}
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    return tuple(sorted(i for i in ids if isinstance(i, int) and i >= 0))
 
 
 def render(
