@@ -3,9 +3,11 @@ imported as ``_common`` (the script's own folder is first on ``sys.path``)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -60,3 +62,59 @@ def quiet_training(threads: int) -> None:
     disable_progress_bars()
     hf_logging.set_verbosity_error()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def sft_parser(doc: str | None, *, steps: int, workdir: Path) -> argparse.ArgumentParser:
+    """The SFT benchmarks' common flags (``--steps``, ``--threads``, ``--workdir``); a benchmark
+    adds its own."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workdir", type=Path, default=workdir)
+    return ap
+
+
+def train_sft(
+    model_dir: Path,
+    rows: list[dict[str, Any]],
+    out: Path,
+    settings: dict[str, Any],
+    *,
+    steps: int,
+    callbacks: Sequence[Any] = (),
+    logging_steps: int = 10**6,
+) -> tuple[Any, Any, float]:
+    """One ``SFTTrainer`` run on CPU of ``rows`` for ``steps`` steps, nothing saved: the trainer,
+    its ``TokenCounts`` and the wall seconds of ``train()`` alone. ``settings``: the config
+    fields the benchmark compares or fixes, over a base every SFT benchmark shares, so that
+    their figures time the same thing."""
+    from training.sft.config import SFTConfig
+    from training.sft.trl import TokenCounts, load_model, make_trainer, trl_args
+    from training.template import load_tokenizer
+
+    cfg = SFTConfig.model_validate(
+        {
+            "model": model_dir,
+            "train_files": [out / "unused.parquet"],
+            "output_dir": out,
+            "max_length": 8192,
+            "max_steps": steps,
+            "save_steps": 10**6,
+            **settings,
+        }
+    )
+    counts = TokenCounts()
+    args = trl_args(cfg, "cpu", save_strategy="no", logging_steps=logging_steps)
+    model = load_model(cfg)
+    trainer = make_trainer(
+        cfg, model, load_tokenizer(model_dir), rows, args, list(callbacks), counts
+    )
+    t0 = time.perf_counter()
+    trainer.train()
+    return trainer, counts, time.perf_counter() - t0
+
+
+def print_load_average() -> None:
+    """The 1-minute load average, printed last: a busy machine explains slow figures."""
+    with open("/proc/loadavg") as f:
+        print(f"load average at the end: {f.read().split()[0]}")

@@ -15,12 +15,10 @@ baseline's trained tokens/s.
 
 from __future__ import annotations
 
-import argparse
-import time
 from pathlib import Path
 from typing import Any
 
-from _common import arena_rows, quiet_training
+from _common import arena_rows, print_load_average, quiet_training, sft_parser, train_sft
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,30 +36,13 @@ def corpus(workdir: Path) -> tuple[Path, list[dict[str, Any]]]:
 def train_once(
     model_dir: Path, rows: list[dict[str, Any]], out: Path, *, packed: bool, steps: int, micro: int
 ) -> dict[str, float]:
-    from training.sft.config import SFTConfig
-    from training.sft.trl import TokenCounts, load_model, make_trainer, trl_args
-    from training.template import load_tokenizer
-
-    cfg = SFTConfig.model_validate(
-        {
-            "model": model_dir,
-            "train_files": [out / "unused.parquet"],
-            "output_dir": out,
-            "max_length": 8192,
-            "max_steps": steps,
-            "learning_rate": 3e-3,
-            "packing": packed,
-            "micro_batch_size": micro,
-            "global_batch_size": micro,
-            "save_steps": 10**6,
-        }
-    )
-    counts = TokenCounts()
-    args = trl_args(cfg, "cpu", save_strategy="no", logging_steps=10**6)
-    trainer = make_trainer(cfg, load_model(cfg), load_tokenizer(model_dir), rows, args, [], counts)
-    t0 = time.perf_counter()
-    trainer.train()
-    wall = time.perf_counter() - t0
+    settings = {
+        "learning_rate": 3e-3,
+        "packing": packed,
+        "micro_batch_size": micro,
+        "global_batch_size": micro,
+    }
+    _, counts, wall = train_sft(model_dir, rows, out, settings, steps=steps)
     return {
         "wall_s": wall,
         "tokens": counts.tokens,
@@ -90,16 +71,12 @@ def report(ours: dict[str, float], base: dict[str, float], steps: int, micro: in
         f"target padding < 5 %: {'met' if ours['padding_share'] < 0.05 else 'MISSED'}; "
         f"≥ 1.5x trained tokens/s: {'met' if ratio >= 1.5 else 'MISSED'}"
     )
-    with open("/proc/loadavg") as f:
-        print(f"load average at the end: {f.read().split()[0]}")
+    print_load_average()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--steps", type=int, default=24)
+    ap = sft_parser(__doc__, steps=24, workdir=REPO / "bench" / "out" / "sft")
     ap.add_argument("--micro-batch", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--workdir", type=Path, default=REPO / "bench" / "out" / "sft")
     args = ap.parse_args()
     quiet_training(args.threads)
     model, rows = corpus(args.workdir)

@@ -13,12 +13,10 @@ per-step losses side by side (target: equal within noise; their largest and mean
 
 from __future__ import annotations
 
-import argparse
-import time
 from pathlib import Path
 from typing import Any
 
-from _common import arena_rows, quiet_training
+from _common import arena_rows, print_load_average, quiet_training, sft_parser, train_sft
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,27 +32,6 @@ def corpus(workdir: Path) -> tuple[Path, list[dict[str, Any]]]:
 def train_once(model_dir: Path, rows: list[dict[str, Any]], out: Path, dtype: str, steps: int):
     from transformers import TrainerCallback
 
-    from training.sft.config import SFTConfig
-    from training.sft.trl import TokenCounts, load_model, make_trainer, trl_args
-    from training.template import load_tokenizer
-
-    cfg = SFTConfig.model_validate(
-        {
-            "model": model_dir,
-            "train_files": [out / "unused.parquet"],
-            "output_dir": out,
-            "max_length": 8192,
-            "max_steps": steps,
-            "learning_rate": 5e-5,
-            "lr_scheduler": "constant",
-            "warmup_ratio": 0.0,
-            "packing": True,
-            "micro_batch_size": 1,
-            "global_batch_size": 1,
-            "save_steps": 10**6,
-            "trl": {"device": "cpu", "dtype": dtype},
-        }
-    )
     losses: list[float] = []
 
     class Losses(TrainerCallback):
@@ -62,13 +39,18 @@ def train_once(model_dir: Path, rows: list[dict[str, Any]], out: Path, dtype: st
             if logs and "loss" in logs:
                 losses.append(float(logs["loss"]))
 
-    counts = TokenCounts()
-    args = trl_args(cfg, "cpu", save_strategy="no", logging_steps=1)
-    model = load_model(cfg)
-    trainer = make_trainer(cfg, model, load_tokenizer(model_dir), rows, args, [Losses()], counts)
-    t0 = time.perf_counter()
-    trainer.train()
-    wall = time.perf_counter() - t0
+    settings = {
+        "learning_rate": 5e-5,
+        "lr_scheduler": "constant",
+        "warmup_ratio": 0.0,
+        "packing": True,
+        "micro_batch_size": 1,
+        "global_batch_size": 1,
+        "trl": {"device": "cpu", "dtype": dtype},
+    }
+    trainer, counts, wall = train_sft(
+        model_dir, rows, out, settings, steps=steps, callbacks=[Losses()], logging_steps=1
+    )
     master = {str(p.dtype) for p in trainer.model.parameters()}
     return {"wall_s": wall, "tokens": counts.tokens, "tokens_per_s": counts.tokens / wall,
             "losses": losses, "master": ",".join(sorted(master))}  # fmt: skip
@@ -91,15 +73,11 @@ def report(fp32: dict[str, Any], bf16: dict[str, Any], steps: int) -> None:
         diffs.append(abs(a - b))
         print(f"{i:>4}  {a:>9.4f}  {b:>9.4f}  {abs(a - b):.4f}")
     print(f"loss |Δ|: max {max(diffs):.4f}, mean {sum(diffs) / len(diffs):.4f}")
-    with open("/proc/loadavg") as f:
-        print(f"load average at the end: {f.read().split()[0]}")
+    print_load_average()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--workdir", type=Path, default=REPO / "bench" / "out" / "sft_bf16")
+    ap = sft_parser(__doc__, steps=12, workdir=REPO / "bench" / "out" / "sft_bf16")
     args = ap.parse_args()
     quiet_training(args.threads)
     model, rows = corpus(args.workdir)

@@ -316,6 +316,13 @@ def _merge_verl(actor: Path, work: Path) -> Path:
     return merged
 
 
+def check_free_space(folder: Path, need: int) -> None:
+    """Refuse up front what would fill the disk half-way through a write into ``folder``."""
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise ConfigError(f"not enough disk space at {folder}: need ≈{need:,} B, {free:,} B free")
+
+
 def _estimate_out_bytes(src: Path) -> int:
     return sum(p.stat().st_size for p in src.rglob("*") if p.is_file()) // 2
 
@@ -348,12 +355,7 @@ def convert_checkpoint(
         check_verl_actor(actor)
     dst.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_siblings(dst, "converting")  # of earlier conversions whose process is gone
-    need = _estimate_out_bytes(src) * (3 if actor else 1)
-    free = shutil.disk_usage(dst.parent).free
-    if need > free:
-        raise ConfigError(
-            f"not enough disk space at {dst.parent}: need ≈{need:,} B, {free:,} B free"
-        )
+    check_free_space(dst.parent, _estimate_out_bytes(src) * (3 if actor else 1))
     tmp = dst.parent / f".{dst.name}.converting-{os.getpid()}"
     tmp.mkdir()
     try:

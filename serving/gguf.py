@@ -26,7 +26,6 @@ import functools
 import json
 import logging
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ import torch
 from astra_agent.config import astra_home, check_writable
 from astra_agent.errors import CheckpointError, ConfigError
 from astra_agent.runio import building_dir, file_sha256, fsync_dir, write_json_atomic
-from serving.convert import parse_size
+from serving.convert import check_free_space, parse_size
 from serving.safetensors_io import checksum, checksums_of_tensors
 
 log = logging.getLogger(__name__)
@@ -308,11 +307,7 @@ def _check_dst(src: Path, dst: Path, overwrite: bool, need: int) -> None:
         raise ConfigError("DST must not be the folder that holds SRC")
     check_writable(dst, "DST", kind="dir")
     dst.parent.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(dst.parent).free
-    if need > free:
-        raise ConfigError(
-            f"not enough disk space at {dst.parent}: need ≈{need:,} B, {free:,} B free"
-        )
+    check_free_space(dst.parent, need)
 
 
 def import_gguf(

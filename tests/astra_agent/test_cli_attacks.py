@@ -89,10 +89,11 @@ class _Hostile(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def hostile() -> Iterator[ThreadingHTTPServer]:
+def hostile(request: pytest.FixtureRequest) -> Iterator[ThreadingHTTPServer]:
+    """The hostile endpoint, in the mode a test parametrizes it with (``indirect``) or none."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
     httpd.daemon_threads = True
-    httpd.mode = ""  # type: ignore[attr-defined]
+    httpd.mode = getattr(request, "param", "")  # type: ignore[attr-defined]
     httpd.chat = None  # type: ignore[attr-defined]
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield httpd
@@ -106,22 +107,16 @@ def _model(httpd: ThreadingHTTPServer, **cfg: Any) -> ChatModel:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("mode", sorted(REPLIES))
-async def test_a_malformed_chat_completion_is_a_server_error(
-    hostile: ThreadingHTTPServer, mode: str
-) -> None:
-    hostile.mode = mode  # type: ignore[attr-defined]
+@pytest.mark.parametrize("hostile", sorted(REPLIES), indirect=True)
+async def test_a_malformed_chat_completion_is_a_server_error(hostile: ThreadingHTTPServer) -> None:
     async with _model(hostile) as model:
         with pytest.raises(ServerError, match=r"not a valid response|malformed chat completion"):
             await model.complete([{"role": "user", "content": "hi"}])
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("mode", sorted(MODELS))
-async def test_a_malformed_model_list_is_a_server_error(
-    hostile: ThreadingHTTPServer, mode: str
-) -> None:
-    hostile.mode = mode  # type: ignore[attr-defined]
+@pytest.mark.parametrize("hostile", sorted(MODELS), indirect=True)
+async def test_a_malformed_model_list_is_a_server_error(hostile: ThreadingHTTPServer) -> None:
     model = _model(hostile)
     with pytest.raises(ServerError, match=r"model list|not a valid response"):
         await model.check_model()

@@ -197,6 +197,16 @@ def test_index_names_missing_shard(random_copy: Path, tmp_path: Path) -> None:
     _refused(random_copy, tmp_path, f"missing: {victim.name}")
 
 
+def test_a_disk_too_small_is_refused_before_anything_is_written(
+    tiny_fp32: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full = shutil.disk_usage(tmp_path)._replace(free=1000)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: full)
+    with pytest.raises(ConfigError, match=r"not enough disk space at .*: need ≈[\d,]+ B, 1,000 B"):
+        convert_checkpoint(tiny_fp32, tmp_path / "dst")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_dst_exists_needs_overwrite(tiny_fp32: Path, tmp_path: Path) -> None:
     dst = tmp_path / "dst"
     dst.mkdir()

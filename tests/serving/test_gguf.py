@@ -122,6 +122,21 @@ def test_an_existing_output_and_a_bad_dtype(tmp_path: Path) -> None:
         import_gguf(src, tmp_path / "other", dtype="float16")
 
 
+def test_a_disk_too_small_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from astra_agent.errors import ConfigError
+
+    src = bundled_gguf(SMOLLM2)  # read for its size only: nothing is dequantized
+    full = shutil.disk_usage(tmp_path)._replace(free=1000)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: full)
+    with pytest.raises(ConfigError, match=r"not enough disk space at .*: need ≈[\d,]+ B, 1,000 B"):
+        import_gguf(src, tmp_path / "out" / "model")
+    assert not list((tmp_path / "out").iterdir())
+
+
 @pytest.mark.integration
 def test_an_import_killed_midway_leaves_nothing_and_the_next_one_completes(
     tmp_path: Path,

@@ -4,7 +4,6 @@ scripted tiny checkpoint and on the real model."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,11 +11,15 @@ import httpx
 import openai
 import pytest
 
-from serving.endpoint_check import CHECK_MESSAGES, CHECK_TOOL, check_endpoint
+from serving.endpoint_check import CHECK_MESSAGES, check_endpoint
 from serving.server import VLLMServer, free_port, load_serve_config
+from tests.serving.conftest import (
+    assert_answer_after_tool_result,
+    assert_endpoint_check_passes,
+    assert_structured_tool_call,
+)
 
 pytestmark = pytest.mark.integration
-CALL_ARGS = {"timezone": "UTC"}
 
 
 @pytest.fixture(scope="module")
@@ -33,39 +36,16 @@ def _client(server: VLLMServer) -> openai.OpenAI:
 
 
 def test_chat_returns_structured_tool_call_and_reasoning(hf_server: VLLMServer) -> None:
-    r = _client(hf_server).chat.completions.create(
-        model="astra-tiny", messages=CHECK_MESSAGES, tools=[CHECK_TOOL]
-    )
-    choice = r.choices[0]
-    assert choice.finish_reason == "tool_calls"
-    assert not choice.message.content
-    assert choice.message.model_extra["reasoning"] == "Calling the time tool now"
-    (call,) = choice.message.tool_calls
-    assert call.function.name == "get_current_time"
-    assert json.loads(call.function.arguments) == CALL_ARGS
+    r = assert_structured_tool_call(_client(hf_server))
     assert r.usage.prompt_tokens > 50 and r.usage.completion_tokens > 5
 
 
 def test_after_a_tool_response_the_model_answers(hf_server: VLLMServer) -> None:
-    client = _client(hf_server)
-    first = client.chat.completions.create(
-        model="astra-tiny", messages=CHECK_MESSAGES, tools=[CHECK_TOOL]
-    )
-    call = first.choices[0].message.tool_calls[0]
-    msgs = [
-        *CHECK_MESSAGES,
-        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-        {"role": "tool", "tool_call_id": call.id, "content": "2026-11-30T12:00:00Z"},
-    ]
-    second = client.chat.completions.create(model="astra-tiny", messages=msgs, tools=[CHECK_TOOL])
-    assert second.choices[0].finish_reason == "stop"
-    assert second.choices[0].message.content == "Finished: result above"
+    assert_answer_after_tool_result(_client(hf_server))
 
 
 def test_endpoint_check_passes_strict(hf_server: VLLMServer) -> None:
-    report = check_endpoint(hf_server.base_url)
-    assert report.passed(strict=True), report.checks
-    assert report.replies["stream"].reasoning_field == "reasoning"
+    assert_endpoint_check_passes(hf_server.base_url)
 
 
 def test_bad_requests_are_400s_and_the_server_lives_on(hf_server: VLLMServer) -> None:

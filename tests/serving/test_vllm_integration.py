@@ -11,9 +11,14 @@ import pytest
 
 from serving.endpoint_check import CHECK_MESSAGES, CHECK_TOOL, check_endpoint
 from serving.server import VLLMServer
+from tests.serving.conftest import (
+    CALL_ARGS,
+    assert_answer_after_tool_result,
+    assert_endpoint_check_passes,
+    assert_structured_tool_call,
+)
 
 pytestmark = pytest.mark.integration
-CALL_ARGS = {"timezone": "UTC"}
 
 
 def _client(server: VLLMServer) -> openai.OpenAI:
@@ -27,17 +32,7 @@ def test_models_endpoint(vllm_server: VLLMServer) -> None:
 
 
 def test_chat_returns_structured_tool_call_and_reasoning(vllm_server: VLLMServer) -> None:
-    r = _client(vllm_server).chat.completions.create(
-        model="astra-tiny", messages=CHECK_MESSAGES, tools=[CHECK_TOOL]
-    )
-    choice = r.choices[0]
-    assert choice.finish_reason == "tool_calls"
-    msg = choice.message
-    assert not msg.content
-    assert msg.model_extra["reasoning"] == "Calling the time tool now"
-    (call,) = msg.tool_calls
-    assert call.function.name == "get_current_time"
-    assert json.loads(call.function.arguments) == CALL_ARGS
+    assert_structured_tool_call(_client(vllm_server))
 
 
 def test_streaming_returns_the_same_fields(vllm_server: VLLMServer) -> None:
@@ -62,30 +57,11 @@ def test_streaming_returns_the_same_fields(vllm_server: VLLMServer) -> None:
 
 
 def test_after_a_tool_response_the_model_answers(vllm_server: VLLMServer) -> None:
-    client = _client(vllm_server)
-    first = (
-        client.chat.completions.create(
-            model="astra-tiny", messages=CHECK_MESSAGES, tools=[CHECK_TOOL]
-        )
-        .choices[0]
-        .message
-    )
-    call = first.tool_calls[0]
-    msgs = [
-        *CHECK_MESSAGES,
-        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-        {"role": "tool", "tool_call_id": call.id, "content": "2026-11-30T12:00:00Z"},
-    ]
-    second = client.chat.completions.create(model="astra-tiny", messages=msgs, tools=[CHECK_TOOL])
-    assert second.choices[0].finish_reason == "stop"
-    assert second.choices[0].message.content == "Finished: result above"
-    assert not second.choices[0].message.tool_calls
+    assert_answer_after_tool_result(_client(vllm_server))
 
 
 def test_endpoint_check_passes_strict(vllm_server: VLLMServer) -> None:
-    report = check_endpoint(vllm_server.base_url)
-    assert report.passed(strict=True), report.checks
-    assert report.replies["stream"].reasoning_field == "reasoning"
+    assert_endpoint_check_passes(vllm_server.base_url)
 
 
 def test_check_cli_against_the_server(vllm_server: VLLMServer) -> None:
