@@ -139,11 +139,13 @@ def test_verl_sft_trainer_runs_the_real_model_on_cpu(
     })  # fmt: skip
     cli("training.cli", "sft", "--config", str(recipe), timeout=1800,
         env={"OMP_NUM_THREADS": "2"})  # fmt: skip
-    metrics = sorted((tmp_path / "run").rglob("*metrics*.jsonl"))
-    assert metrics, sorted(p.name for p in (tmp_path / "run").rglob("*"))
-    records = [r for m in metrics for r in lines(m) if "train/loss" in r.get("data", {})]
-    losses = [r["data"]["train/loss"] for r in records]
-    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    from eval.rundir import load_run  # the run as astra-eval reads it: verl-metrics/, a launch
+
+    run = load_run(tmp_path / "run")
+    assert run.kind == "sft" and run.summary["verl"], run.problems
+    assert [m["step"] for m in run.metrics] == [1, 2], run.problems
+    losses = [m["train/loss"] for m in run.metrics]
+    assert all(math.isfinite(x) for x in losses)
     assert 0.2 < losses[0] < 4.0, losses
 
 
