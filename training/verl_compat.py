@@ -26,8 +26,6 @@ from __future__ import annotations
 import functools
 import importlib
 
-MODULE = __name__
-
 
 @functools.cache  # as verl's own probe is
 def trl_has_value_head() -> bool:
