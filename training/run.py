@@ -58,6 +58,30 @@ class ConvertOptions(BaseModel):
     out: Path | None = None  # default: OUTPUT_DIR/final-bf16
 
 
+class TrainingConfig(BaseModel):
+    """What ``astra-train sft`` and ``rl`` configs share for their run directory: the fields
+    that name input files (``INPUTS``: a run is resumed by their content, not their paths), the
+    run file and the command that writes it, and the fingerprint, what must match to resume:
+    every field but ``UNSHAPING``'s (dotted paths: where the run directory is, how often it
+    saves, how fast it runs: what does not shape the trained model), so that a moved or copied
+    run directory, or one resumed with more threads, resumes."""
+
+    INPUTS: ClassVar[tuple[str, ...]] = ()
+    RUN_FILE: ClassVar[str] = ""
+    COMMAND: ClassVar[str] = ""
+    UNSHAPING: ClassVar[tuple[str, ...]] = ()
+
+    def fingerprint(self) -> dict[str, Any]:
+        keep = self.model_dump(mode="json")
+        for path in self.UNSHAPING:
+            *parents, name = path.split(".")
+            section = keep
+            for part in parents:
+                section = section[part]
+            del section[name]
+        return keep
+
+
 def check_model(path: Path) -> None:
     """``path`` must be a Hugging Face checkpoint with weights (a CheckpointError otherwise)."""
     from serving.checkpoint import open_hf_checkpoint

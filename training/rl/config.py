@@ -9,8 +9,6 @@ with the same ``AdaptiveBatchFiller``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -19,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from astra_agent.sandbox import SandboxLimits
 from training.device import TRLOptions
-from training.run import ConvertOptions
+from training.run import ConvertOptions, TrainingConfig
 from training.verl_job import VerlJobOptions
 
 
@@ -114,7 +112,7 @@ class VerlRLOptions(VerlJobOptions):
     optimizer_offload: bool = False
 
 
-class RLConfig(BaseModel):
+class RLConfig(TrainingConfig):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     backend: Literal["trl", "verl"] = Field("trl", description="TRL (one machine) or verl")
@@ -170,28 +168,10 @@ class RLConfig(BaseModel):
             self.rollout.max_tokens_per_turn = self.rollout.max_response_tokens
         return self
 
-    # the fields that name input files: a run is resumed by their content, not their paths;
-    # the run file and the command that writes it (``training.run``)
     INPUTS: ClassVar[tuple[str, ...]] = ("model", "train_files", "heldout_files")
     RUN_FILE: ClassVar[str] = "astra-rl.json"
     COMMAND: ClassVar[str] = "astra-train rl"
-
-    def fingerprint(self) -> dict[str, Any]:
-        """What must match to resume (everything that shapes training; not where the run
-        directory is, so that a moved or copied one resumes)."""
-        keep = self.model_dump(
-            mode="json",
-            exclude={
-                "output_dir", "resume", "save_steps", "save_total_limit", "eval_every",
-                "eval_limit",
-            },
-        )  # fmt: skip
-        keep.pop("convert")
-        keep.pop("verl")
-        keep["rollout"].pop("concurrency")
-        keep["trl"].pop("threads")  # how fast, not what is trained
-        return keep
-
-    def fingerprint_digest(self) -> str:
-        text = json.dumps(self.fingerprint(), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+    UNSHAPING: ClassVar[tuple[str, ...]] = (
+        "output_dir", "resume", "save_steps", "save_total_limit", "eval_every", "eval_limit",
+        "convert", "verl", "rollout.concurrency", "trl.threads",
+    )  # fmt: skip

@@ -8,15 +8,13 @@ tokens with the same loss mask.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from training.device import TRLOptions
-from training.run import ConvertOptions
+from training.run import ConvertOptions, TrainingConfig
 from training.verl_job import VerlJobOptions
 
 
@@ -31,7 +29,7 @@ class VerlOptions(VerlJobOptions):
     )
 
 
-class SFTConfig(BaseModel):
+class SFTConfig(TrainingConfig):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     backend: Literal["trl", "verl"] = Field("trl", description="TRL (one machine) or verl")
@@ -62,23 +60,10 @@ class SFTConfig(BaseModel):
     verl: VerlOptions = Field(default_factory=VerlOptions)
     convert: ConvertOptions = Field(default_factory=ConvertOptions)
 
-    # the fields that name input files: a run is resumed by their content, not their paths;
-    # the run file and the command that writes it (``training.run``)
     INPUTS: ClassVar[tuple[str, ...]] = ("model", "train_files", "val_files")
     RUN_FILE: ClassVar[str] = "astra-sft.json"
     COMMAND: ClassVar[str] = "astra-train sft"
-
-    def fingerprint(self) -> dict[str, Any]:
-        """What must match to resume (data, model, schedule, batch; not where the run
-        directory is, so that a moved or copied one resumes)."""
-        keep = self.model_dump(
-            mode="json",
-            exclude={"output_dir", "resume", "save_steps", "save_total_limit", "report_to"},
-        )
-        keep.pop("convert")
-        keep["trl"].pop("threads")  # how fast, not what is trained
-        return keep
-
-    def fingerprint_digest(self) -> str:
-        text = json.dumps(self.fingerprint(), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+    UNSHAPING: ClassVar[tuple[str, ...]] = (
+        "output_dir", "resume", "save_steps", "save_total_limit", "report_to", "convert",
+        "trl.threads",
+    )  # fmt: skip
