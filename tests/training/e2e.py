@@ -257,13 +257,15 @@ def paired_rewards(
 # solves greedily but least often when sampling (RL sharpens the sampled policy towards its
 # mode), found by probing that checkpoint (8 seeded samples per task), since the SFT run
 # differs from machine to machine. A task sampled 0 of 8 times would give flat groups only: not
-# a candidate. Checkpoint 400 leaves the most room, but it sits where the run learns fastest,
-# and machines differ there: on one it solved 3 of the 24 tasks greedily, on a CI machine none
-# (greedy rewards 0.4-0.57 on the tasks the first solved). So the start is the first of
-# START_STEPS with N_TASKS solved candidates; if none has, the last one, with the partly solved
-# tasks closest to solved filling in. Later is no way out: from checkpoint 600 (22 tasks solved
-# greedily) 16 steps did not raise the reward (combined z 0.78).
-START_STEPS, N_TASKS, PROBE_SAMPLES = (400, 500), 2, 8
+# a candidate. The start is the first of START_STEPS with N_TASKS candidates solved greedily:
+# the earliest point at which this machine's run solves some tasks, wherever its run learns
+# fast. Measured on one machine's run: checkpoint 400 solved 2 tasks greedily (1 candidate),
+# 500 solved 11 (9 candidates); a CI machine's run was a checkpoint behind (500: 1 solved, as
+# the first machine's 400), so a fixed start failed there. If no checkpoint has N_TASKS solved
+# candidates, the one whose chosen tasks are most often solved (the partly solved closest to
+# solved filling in; the earliest on a tie). Later is worse, not only slower: from a checkpoint
+# with 22 tasks solved greedily, 16 steps did not raise the reward (combined z 0.78).
+START_STEPS, N_TASKS, PROBE_SAMPLES = (400, 500, 600, 700), 2, 8
 # What the TRL proof asserts: the trained checkpoint's reward on the chosen tasks against the
 # start's, PAIRED_SAMPLES episodes each with the same seeds (an RL step of its own, PAIRED_STEP,
 # so that no training episode repeats them). Seeded sampling from nearly the same distribution
@@ -314,34 +316,70 @@ class RLStart:
         return cls(Path(d["checkpoint"]), probes, d["chosen"], Path(d["tasks_file"]), d["baseline"])
 
 
+def checkpoint(sft: SFTRun, step: int) -> Path:
+    path = sft.run / f"checkpoint-{step}"
+    assert path.is_dir(), sorted(p.name for p in sft.run.iterdir())
+    return path
+
+
+def solved_start(probes: list[TaskProbe]) -> bool:
+    """Whether a checkpoint so probed is a start: N_TASKS candidates, all solved greedily."""
+    chosen = choose(probes, N_TASKS)
+    return len(chosen) == N_TASKS and all(p.greedy_solved for p in chosen)
+
+
+def pick_start(probed: list[tuple[int, list[TaskProbe]]]) -> tuple[int, list[TaskProbe]]:
+    """The start among the probed checkpoints (step, probes), in step order: the first with
+    N_TASKS candidates solved greedily; else the one whose chosen tasks are most often solved
+    greedily, then with the highest greedy reward (the earliest on a tie); a checkpoint with
+    fewer than N_TASKS candidates is none (an AssertionError naming every probe)."""
+    for step, probes in probed:
+        if solved_start(probes):
+            return step, probes
+    full = [(step, probes) for step, probes in probed if len(choose(probes, N_TASKS)) == N_TASKS]
+
+    def merit(item: tuple[int, list[TaskProbe]]) -> tuple[int, float]:
+        chosen = choose(item[1], N_TASKS)
+        return sum(p.greedy_solved for p in chosen), sum(p.greedy for p in chosen)
+
+    seen = "\n".join(
+        f"checkpoint-{step}: " + ", ".join(
+            f"{p.task_id} {p.greedy:.2f}{'*' if p.greedy_solved else ''}/{p.sampled_mean:.2f}"
+            for p in probes if p.greedy > 0)
+        for step, probes in probed)  # fmt: skip
+    assert full, f"no checkpoint has {N_TASKS} candidate tasks (greedy*solved/sampled):\n{seen}"
+    return max(full, key=merit)  # max keeps the first of equals: the earliest
+
+
 def rl_start(sft: SFTRun, tasks_file: Path, work: Path) -> RLStart:
     """Probe checkpoints START_STEPS of ``sft`` in turn on every task of ``tasks_file`` until
-    one has N_TASKS candidates solved greedily (or the last: see ``choose``), choose them, write
+    one has N_TASKS candidates solved greedily (else see ``pick_start``), choose them, write
     them to a task file of their own in ``work`` and roll out their paired baseline."""
     tasks = load_arena_tasks(tasks_file)
 
-    async def run() -> tuple[Path, list[TaskProbe], list[str], dict[str, list[float]]]:
+    async def run() -> tuple[int, list[TaskProbe], dict[str, list[float]]]:
+        probed: list[tuple[int, list[TaskProbe]]] = []
         for step in START_STEPS:
-            start = sft.run / f"checkpoint-{step}"
-            assert start.is_dir(), sorted(p.name for p in sft.run.iterdir())
-            async with Roller(start, work) as roller:
-                probes = await probe(roller, tasks, PROBE_SAMPLES)
-                chosen = choose(probes, N_TASKS)
-                if step != START_STEPS[-1] and not all(p.greedy_solved for p in chosen):
-                    continue
-                assert len(chosen) == N_TASKS, probes
-                ids = [p.task_id for p in chosen]
-                todo = [t for t in tasks if t.task_id in ids]
-                baseline = await roller.rewards(todo, PAIRED_SAMPLES, step=PAIRED_STEP)
-                return start, probes, ids, baseline
-        raise AssertionError("START_STEPS is empty")
+            async with Roller(checkpoint(sft, step), work) as roller:
+                probed.append((step, await probe(roller, tasks, PROBE_SAMPLES)))
+                if solved_start(probed[-1][1]) or step == START_STEPS[-1] == pick_start(probed)[0]:
+                    return step, probed[-1][1], await baseline(roller, probed[-1][1])
+        step, probes = pick_start(probed)  # an earlier one: served again
+        async with Roller(checkpoint(sft, step), work) as roller:
+            return step, probes, await baseline(roller, probes)
 
-    start, probes, chosen, baseline = asyncio.run(run())
+    async def baseline(roller: Roller, probes: list[TaskProbe]) -> dict[str, list[float]]:
+        ids = [p.task_id for p in choose(probes, N_TASKS)]
+        todo = [t for t in tasks if t.task_id in ids]
+        return await roller.rewards(todo, PAIRED_SAMPLES, step=PAIRED_STEP)
+
+    step, probes, paired = asyncio.run(run())
+    chosen = [p.task_id for p in choose(probes, N_TASKS)]
     lines = [x for x in tasks_file.read_text().splitlines() if json.loads(x)["task_id"] in chosen]
     assert len(lines) == N_TASKS
     out = work / "rl-tasks.jsonl"
     out.write_text("\n".join(lines) + "\n")
-    return RLStart(start, probes, chosen, out, baseline)
+    return RLStart(checkpoint(sft, step), probes, chosen, out, paired)
 
 
 def _is_json(text: str) -> bool:
