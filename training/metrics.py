@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.runio import append_jsonl, drop_torn_tail, read_json_lines, write_lines_atomic
 
@@ -92,14 +92,16 @@ class ABFStats(BaseModel):
 
 
 class Rollouts(BaseModel):
-    """What a step's batch was made of: its episodes' rewards, solved share, errors, tokens,
-    re-render checks and times; the mean reward of every group sampled for it; ABF."""
+    """What a step's batch was made of: its episodes' rewards, solved share, errors (and why:
+    each reason's first 160 characters, counted), tokens, re-render checks and times; the mean
+    reward of every group sampled for it; ABF."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     reward_mean: float
     solved: float
     episode_errors: int
+    episode_error_reasons: dict[str, int] = Field(default_factory=dict)  # absent in old runs
     sampled_tokens: int
     response_tokens: int
     prompt_tokens: int
@@ -136,7 +138,10 @@ class RLStep(StepRecord):
 
     def row(self) -> dict[str, Any]:
         held = self.heldout.model_dump() if self.heldout else {}
-        return {"step": self.step, **held, **self.rollouts.model_dump(), **self.update.model_dump()}
+        rollouts = self.rollouts.model_dump()
+        if not rollouts["episode_error_reasons"]:  # a step without errors: its line as before
+            del rollouts["episode_error_reasons"]
+        return {"step": self.step, **held, **rollouts, **self.update.model_dump()}
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Self:

@@ -37,6 +37,12 @@ RL_LINE = (
 # a step that began with a held-out evaluation: its figures right after the step number
 HELD = '"eval_reward": 0.5, "eval_solved": 0.25, "eval_tasks": 4, '
 RL_HELD_LINE = RL_LINE.replace('"step": 1, ', '"step": 1, ' + HELD, 1)
+# a step with failed episodes: why, counted, right after how many (a step without has no field)
+RL_ERROR_LINE = RL_LINE.replace(
+    '"episode_errors": 0, ',
+    '"episode_errors": 3, "episode_error_reasons": {"model error: the chat template or '
+    'tokenizer failed on the messages: é": 2, "reward failed: KeyError: \'x\'": 1}, ',
+)
 
 
 @pytest.mark.parametrize("line", SFT_LINES)
@@ -44,10 +50,13 @@ def test_an_sft_line_reads_back_and_is_written_byte_for_byte(line: str) -> None:
     assert SFTStep.from_row(json.loads(line)).to_json_line() == line + "\n"
 
 
-@pytest.mark.parametrize("line", [RL_LINE, RL_HELD_LINE], ids=["rollouts", "held-out"])
+@pytest.mark.parametrize(
+    "line", [RL_LINE, RL_HELD_LINE, RL_ERROR_LINE], ids=["rollouts", "held-out", "errors"]
+)
 def test_an_rl_line_reads_back_and_is_written_byte_for_byte(line: str) -> None:
     rec = RLStep.from_row(json.loads(line))
     assert (rec.heldout is not None) == (line == RL_HELD_LINE)
+    assert sum(rec.rollouts.episode_error_reasons.values()) == rec.rollouts.episode_errors
     assert rec.to_json_line() == line + "\n"
 
 

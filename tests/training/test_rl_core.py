@@ -182,3 +182,22 @@ def test_abf_buffer_is_bounded() -> None:
 def test_reward_std_is_the_population_std() -> None:
     assert reward_std([0, 1]) == 0.5
     assert reward_std([]) == 0.0
+
+
+def test_a_steps_rollout_figures_count_failed_episodes_by_reason() -> None:
+    """A researcher reading metrics.jsonl sees why episodes failed, not only how many."""
+    from astra_agent.trajectory import Trajectory
+    from training.metrics import ABFStats
+    from training.rl.batch import _rollouts
+    from training.rl.rollout import Episode
+
+    why = "model error: the chat template or tokenizer failed on the messages: " + "x" * 300
+    eps = [Episode("a", Trajectory(), None, why), Episode("b", Trajectory(), None, why),
+           Episode("c", Trajectory(), None, "reward failed: KeyError: 'x'"),
+           Episode("d", Trajectory(), None)]  # fmt: skip
+    abf = ABFStats(step=1, sampled=1, valid=1, dropped_flat=0, from_buffer=0, dropped_stale=0,
+                   buffered=0, rounds=1, mean_reward_sampled=0.0)  # fmt: skip
+    out = _rollouts(eps, eps, abf, 0.1)
+    assert out.episode_errors == 3
+    assert out.episode_error_reasons == {why[:160]: 2, "reward failed: KeyError: 'x'": 1}
+    assert _rollouts(eps[3:], eps[3:], abf, 0.1).episode_error_reasons == {}

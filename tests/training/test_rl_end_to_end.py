@@ -85,6 +85,9 @@ def report(r: dict[str, Any]) -> str:
             f"{rec['rerender_mismatches']}/{rec['rerender_checked']}  rollout {rec['rollout_s']}s "
             f"update {rec['update_s']}s"
         )
+        lines += [
+            f"    {n} failed: {why}" for why, n in rec.get("episode_error_reasons", {}).items()
+        ]
     lines += [f"  {k:<40} {v:7.1f} s" for k, v in r["stages"].wall.items()]
     lines.append(f"greedy eval of the RL checkpoint: {json.dumps(r['summary'])[:300]}")
     return "\n".join(lines)

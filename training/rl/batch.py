@@ -173,6 +173,7 @@ def _rollouts(
         reward_mean=sum(e.score for e in episodes) / n,
         solved=sum(1 for e in episodes if e.reward and e.reward.fully_solved) / n,
         episode_errors=sum(1 for e in episodes if e.error),
+        episode_error_reasons=dict(Counter(e.error[:160] for e in episodes if e.error)),
         sampled_tokens=sum(t.sampled_tokens for t in tokens),
         response_tokens=sum(len(t.response_ids) for t in tokens),
         prompt_tokens=sum(len(t.prompt_ids) for t in tokens),
@@ -289,6 +290,9 @@ class BatchCollector:
             ABFStats(**stats.as_dict()),
             round(time.monotonic() - t0, 3),
         )
+        for e in episodes:
+            if e.error:  # the run goes on; the step's metrics count it and its reason
+                log.warning("step %d: an episode of %s failed: %s", step, e.task_id, e.error)
         return StepBatch(step, chosen, adv, out)
 
     async def evaluate(self, generator: TokenGenerator, tasks: list[ArenaTask]) -> Heldout:
