@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +51,7 @@ STEPS = 16
 # 800-step run (more room to rise), 20 steps: combined 5.13 and 6.90 (trend 3.58 and 3.76;
 # over their first 16 steps 2.62 and 2.55): 16 steps keep a wide margin in 4 minutes less.
 Z_MIN = 1.645
+ECHOED_MARKER = re.compile(r"^model error: message \d+ \(tool\): '<\|im_\w+\|>' would become")
 FIRST, LAST = 4, 8
 RL_ENV = {"ASTRA_TRAIN_EVAL_EVERY": "0"}  # the held-out set is not what this test is about
 
@@ -152,7 +154,15 @@ def test_rl_raises_the_reward_on_its_tasks(
         # every step trained on 4 valid groups of 8; flat groups were dropped, not trained
         assert a["sampled"] == a["valid"] + a["dropped_flat"]
         assert a["valid"] + a["from_buffer"] >= 4
-        assert r["episode_errors"] == 0
+        # no episode failed, but for one way the model itself ends an episode: arena tools
+        # (and the loop's unknown-tool errors) echo what they were given, so a turn marker the
+        # model wrote into a call comes back in a tool result, which the policy refuses to
+        # tokenize as a control token (a forged turn): the episode ends there as a model error
+        # and is trained on as far as it went. Seen once at temperature 1 (one episode of 512,
+        # step 9 of a local run; rerun with the same seeds, the same episode failed the same way)
+        reasons = r.get("episode_error_reasons", {})
+        echoed = sum(n for why, n in reasons.items() if ECHOED_MARKER.search(why))
+        assert r["episode_errors"] == echoed <= 2, reasons
         # the sampler served the trainer's current weights: same log-probs on the same tokens
         assert r["logp_gap"] < 1e-3
         assert r["rerender_checked"] > 0
