@@ -200,10 +200,11 @@ async def test_catastrophic_pattern_is_skipped_within_budget_and_loop_ticks(
     result, took, ticks, gap = await _ticking(schema_error(spec, args, timeout_s=1.0))
     assert result is None  # out of budget: not checked, the call goes to the tool
     assert took < 2.5
-    # The loop kept running: Python's re would freeze it for the whole 1 s budget (one gap
-    # of ≥ 1 s). Not a tick rate: on a machine loaded by training (CI's other worker) the
-    # loop ticked 19 times in 1.85 s, far from frozen but under any rate worth asserting.
-    assert ticks >= 5 and gap < 0.8, (ticks, gap, took)
+    # The loop kept running: Python's re would freeze it for the whole 1 s budget, so that it
+    # could tick only before the match began and after it ended (≤ 2 ticks). Neither a tick
+    # rate nor the longest gap: they measure the machine's load (on machines loaded by
+    # training the loop ticked 19 times in 1.85 s, and 13 times with one 0.88 s gap).
+    assert ticks >= 5, (ticks, gap, took)
 
 
 @pytest.mark.integration

@@ -112,7 +112,7 @@ def rl_step(
     """An RL step record: ``heldout`` (none by default), ``rollouts`` and ``abf`` (the others
     0), ``update`` (the others None)."""
     zero_abf = dict.fromkeys(ABFStats.model_fields, 0) | {"step": step}
-    zero = dict.fromkeys(Rollouts.model_fields, 0)
+    zero = {k: 0 for k, f in Rollouts.model_fields.items() if f.is_required()}
     return RLStep(
         step=step,
         heldout=Heldout(**heldout) if heldout else None,
