@@ -142,13 +142,9 @@ def _known(old: Any, new: Any) -> Any:
     return old
 
 
-def _input_names(cfg: Any) -> tuple[str, ...]:
-    return tuple(getattr(cfg, "INPUTS", ()))
-
-
 def _inputs(cfg: Any, digests: InputDigests) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name in _input_names(cfg):
+    for name in cfg.INPUTS:
         value = getattr(cfg, name)
         if isinstance(value, list):
             out[name] = [digests.of(Path(v)) for v in value]
@@ -167,7 +163,7 @@ def write_run_file(cfg: Any, run_file: Path) -> None:
     digests = InputDigests()
     fingerprint, inputs = cfg.fingerprint(), _inputs(cfg, digests)
     matched = json.dumps(
-        {"fingerprint": _without(fingerprint, _input_names(cfg)), "inputs": inputs},
+        {"fingerprint": _without(fingerprint, cfg.INPUTS), "inputs": inputs},
         sort_keys=True,
     )
     payload = {
@@ -195,7 +191,7 @@ def run_differences(run_file: Path, cfg: Any) -> list[str]:
     old_inputs = old.get("inputs")
     if not isinstance(old_inputs, dict):
         return config_differences(old_fp, new_fp)
-    names = _input_names(cfg)
+    names = cfg.INPUTS
     changed = config_differences(_without(old_fp, names), _without(new_fp, names))
     new_inputs = _inputs(cfg, InputDigests(old.get("memo")))
     for name in names:
@@ -212,8 +208,8 @@ def run_differences(run_file: Path, cfg: Any) -> list[str]:
 
 def check_run_dir(cfg: Any, run_name: str | None = None, command: str | None = None) -> bool:
     """Whether ``output_dir`` holds a run of this config to resume (``cfg``: an SFT or RL
-    config, anything with ``output_dir``, ``resume``, ``fingerprint()``, ``INPUTS``,
-    ``RUN_FILE`` and ``COMMAND``, the defaults of ``run_name`` and ``command``); False where
+    config, a :class:`TrainingConfig` with ``output_dir`` and ``resume``; its ``RUN_FILE`` and
+    ``COMMAND`` are the defaults of ``run_name`` and ``command``); False where
     there is none yet or ``resume`` is off. Reads only: a ConfigError naming the keys if it
     holds a run of a different config, or what else is wrong with it."""
     run_name, command = run_name or cfg.RUN_FILE, command or cfg.COMMAND
