@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from astra_agent.config import astra_home, load_config
 from astra_agent.errors import ConfigError, ServerError
 from astra_agent.procs import child_setup, stop_group
+from serving.cpu import bf16_missing
 
 if TYPE_CHECKING:
     from serving.checkpoint import HFCheckpoint
@@ -64,7 +65,9 @@ class ServeConfig(BaseModel):
         "bfloat16",
         description="weights in vLLM: bfloat16 (the precision ASTRA was trained in, although "
         "verl saved it as float32), float16, float32 (twice the memory, nothing gained) or auto "
-        "(the checkpoint's own; vLLM downcasts float32 to the platform's preferred 16-bit type)",
+        "(on a GPU the checkpoint's own, vLLM downcasting float32 to the platform's 16-bit "
+        "type; on a CPU bfloat16 where the CPU computes it, else float32, said at start: "
+        "serving.cpu)",
     )
     enforce_eager: bool = False
     enable_prefix_caching: bool = True
@@ -305,8 +308,36 @@ def model_context(ckpt: HFCheckpoint) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def dtype_warning(cfg: ServeConfig, stored: str | None) -> str | None:
-    """What to tell a user who serves float32 weights, or serves in float32."""
+def on_cpu(cfg: ServeConfig) -> bool:
+    """Whether ``cfg``'s engine will run on the CPU."""
+    if cfg.engine == "hf" and cfg.device != "auto":
+        return cfg.device == "cpu"
+    return gpu_count() == 0
+
+
+def served_dtype(cfg: ServeConfig) -> tuple[str, str | None]:
+    """The ``--dtype`` the engine starts with for ``cfg.dtype``, and what to tell the user
+    about it. On a CPU bfloat16 pays only where the cores compute it (``serving.cpu``): ``auto``
+    serves bfloat16 there and float32 elsewhere, saying why; an explicit ``bfloat16`` where it
+    is emulated is served as asked, with a warning. On a GPU ``auto`` is the engine's own."""
+    if cfg.dtype not in ("auto", "bfloat16") or not on_cpu(cfg):
+        return cfg.dtype, None
+    why = bf16_missing()
+    if why is None:
+        return "bfloat16", None
+    if cfg.dtype == "auto":
+        return "float32", f"dtype auto serves float32 on this CPU: {why}"
+    return "bfloat16", (
+        f"--dtype bfloat16 runs emulated on this CPU, several times slower than float32 ({why}); "
+        "--dtype auto serves float32 here"
+    )
+
+
+def dtype_warning(cfg: ServeConfig, stored: str | None, served: str | None = None) -> str | None:
+    """What to tell a user who serves float32 weights, or serves in float32 by choice
+    (``served``: the dtype ``auto`` resolved to, if it did)."""
+    if cfg.dtype == "auto" and served == "float32":
+        return None  # served_dtype says why
     if cfg.dtype == "float32":
         return (
             "--dtype float32 doubles the memory of weights and KV cache and runs slower; "
@@ -361,9 +392,10 @@ class VLLMServer:
                 "tokens (max_position_embeddings in its config.json)",
                 hint=f"pass --max-model-len {context} (or less), or pick a profile made for it",
             )
-        warning = dtype_warning(cfg, weights_dtype(ckpt))
-        self.warnings = [warning] if warning else []
-        return server_command(cfg)
+        dtype, note = served_dtype(cfg)
+        warning = dtype_warning(cfg, weights_dtype(ckpt), dtype)
+        self.warnings = [w for w in (note, warning) if w]
+        return server_command(cfg.model_copy(update={"dtype": dtype}))
 
     def launch_env(self) -> dict[str, str]:
         """The environment variables the launcher adds to its own for vLLM."""

@@ -206,6 +206,23 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write(path.read_text())
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Where the run is: the CPU, its bf16/AMX flags, and the precision trainers (``trl.dtype:
+    auto``) and CPU servers (``dtype: auto``) pick here, so that a failure report carries its
+    machine (the learned-behaviour tests' margins are per CPU kind: docs/testing.md)."""
+    from serving.cpu import bf16_missing, describe
+
+    picked = "bfloat16" if bf16_missing() is None else "float32"
+    caps = {
+        k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ
+    }
+    return [
+        f"cpu: {describe()}",
+        f"dtype auto (training and CPU serving): {picked}"
+        + (f"; instruction-set caps: {caps}" if caps else ""),
+    ]
+
+
 # `make test` runs the suite on two pytest-xdist workers, a module at a time on one worker
 # (`--dist loadscope`: module fixtures run once), handed out one module ahead (below), in this
 # order: the two longest chains first, one a worker (the RL proof: the shared arena corpus

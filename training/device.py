@@ -7,18 +7,20 @@ checkpoints stay float32; the matmuls run in bfloat16. On a CPU that pays only w
 compute bfloat16 themselves (AVX512-BF16 or AMX on x86, the BF16 extension on ARM): SmolLM2-135M
 trained 7.1× as many tokens a second as in float32 on the 2-core Xeon of DESIGN.md ("Real
 models"). Elsewhere bfloat16 is emulated, slower than float32: ``auto`` falls back to float32
-there, saying why, and an explicit ``bfloat16`` is refused.
+there, saying why, and an explicit ``bfloat16`` is refused. Whether the CPU computes it is
+``serving.cpu``'s answer (its flags, and an instruction-set cap on oneDNN), which serving's
+``dtype: auto`` shares.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.errors import ConfigError
+from serving.cpu import bf16_missing
 
 log = logging.getLogger(__name__)
 
@@ -41,25 +43,6 @@ class TRLOptions(BaseModel):
     threads: int | None = Field(None, ge=1, description="torch threads on CPU (default: all)")
 
 
-CPUINFO = Path("/proc/cpuinfo")
-# x86: AVX512-BF16 and AMX's bf16 tiles; ARM (aarch64): the BF16 extension
-CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
-
-
-def cpu_flags(cpuinfo: Path | None = None) -> frozenset[str]:
-    """The feature flags of the first CPU listed in ``cpuinfo`` (x86's ``flags``, ARM's
-    ``Features``); empty where the file cannot be read (not Linux, a sandbox)."""
-    try:
-        text = (cpuinfo or CPUINFO).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
-
-
 def bf16_unsupported(device: str) -> str | None:
     """Why ``device`` ("cpu" or "cuda") cannot train in bfloat16, or None where it can."""
     if device == "cuda":
@@ -68,15 +51,7 @@ def bf16_unsupported(device: str) -> str | None:
         if torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False):
             return None
         return "this GPU does not compute bfloat16 (torch.cuda.is_bf16_supported() is false)"
-    flags = cpu_flags()
-    if flags & CPU_BF16_FLAGS:
-        return None
-    if not flags:
-        return f"the CPU's flags cannot be read from {CPUINFO}"
-    return (
-        "this CPU has none of the bfloat16 flags avx512_bf16, amx_bf16 (x86) or bf16 (ARM) "
-        f"in {CPUINFO}: bfloat16 would be emulated, slower than float32"
-    )
+    return bf16_missing()
 
 
 def device_of(cfg: Any) -> str:

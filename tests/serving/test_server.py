@@ -18,6 +18,7 @@ from serving.server import (
     ServeConfig,
     VLLMServer,
     dtype_warning,
+    served_dtype,
     load_serve_config,
     profile_names,
     vllm_command,
@@ -176,6 +177,34 @@ def test_fp32_weights_and_fp32_serving_get_warnings(tiny_fp32: Path, tiny_bf16: 
     assert dtype_warning(tiny_serve_config(tiny_bf16), "bfloat16") is None
     served = tiny_serve_config(tiny_bf16, dtype="float32")
     assert "doubles the memory" in (dtype_warning(served, "bfloat16") or "")
+
+
+@pytest.mark.parametrize(
+    ("asked", "bf16", "served", "said"),
+    [
+        ("auto", True, "bfloat16", None),
+        ("auto", False, "float32", "dtype auto serves float32 on this CPU: no bf16 here"),
+        ("bfloat16", False, "bfloat16", "runs emulated on this CPU"),
+        ("bfloat16", True, "bfloat16", None),
+        ("float32", False, "float32", None),
+    ],
+)
+def test_auto_serves_bf16_only_where_the_cpu_computes_it(
+    tiny_bf16: Path, monkeypatch: pytest.MonkeyPatch, asked, bf16, served, said
+) -> None:
+    """On a CPU without bf16 (an AVX2-only EPYC; an ISA-capped run) the CPU profiles' auto
+    serves float32, saying why; the launch line carries the resolved dtype."""
+    monkeypatch.setattr("serving.server.gpu_count", lambda: 0)
+    monkeypatch.setattr("serving.server.bf16_missing", lambda: None if bf16 else "no bf16 here")
+    cfg = tiny_serve_config(tiny_bf16, dtype=asked)
+    dtype, note = served_dtype(cfg)
+    assert dtype == served and (note == said if said is None else said in (note or ""))
+    server = VLLMServer(cfg)
+    cmd = server.preflight()
+    assert cmd[cmd.index("--dtype") + 1] == served
+    assert (said is None) == (not any("CPU" in w for w in server.warnings)), server.warnings
+    monkeypatch.setattr("serving.server.gpu_count", lambda: 1)  # on a GPU: the engine's auto
+    assert served_dtype(cfg) == (asked, None)
 
 
 def test_shell_command_round_trips_through_the_shell(

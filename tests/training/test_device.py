@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from astra_agent.errors import ConfigError
+from serving import cpu
 from tests.training.conftest import ARENA_TRAIN
 from training import device
 from training.sft.config import SFTConfig
@@ -23,10 +24,14 @@ ARM_BF16 = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"
 
 @pytest.fixture
 def cpuinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Lay ``text`` as the CPU's /proc/cpuinfo, with no instruction-set cap in the environment
+    (a run of the suite that emulates an AVX2 machine sets one)."""
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+
     def use(text: str) -> None:
         path = tmp_path / "cpuinfo"
         path.write_text(text)
-        monkeypatch.setattr(device, "CPUINFO", path)
+        monkeypatch.setattr(cpu, "CPUINFO", path)
 
     return use
 
@@ -51,8 +56,32 @@ def test_without_bf16_auto_falls_back_saying_why_and_bfloat16_is_refused(
 
 
 def test_unreadable_cpu_flags_are_not_bf16(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(device, "CPUINFO", tmp_path / "absent")
+    monkeypatch.setattr(cpu, "CPUINFO", tmp_path / "absent")
     assert "cannot be read" in (device.bf16_unsupported("cpu") or "")
+
+
+@pytest.mark.parametrize("isa", ["AVX2", "avx512_core", "AVX512_CORE_VNNI"])
+def test_a_onednn_cap_below_bf16_is_no_bf16_whatever_the_flags(
+    cpuinfo, monkeypatch: pytest.MonkeyPatch, isa: str
+) -> None:
+    """ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16 makes bf16 matmuls emulated on an AMX CPU
+    too (how the suite emulates an AVX2-only machine): auto trains in float32 and says so."""
+    cpuinfo(X86_BF16)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", isa)
+    why = device.bf16_unsupported("cpu") or ""
+    assert f"ONEDNN_MAX_CPU_ISA={isa.upper()}" in why
+    assert not device.trains_in_bf16("auto", "cpu")
+    for allowed in ("AVX512_CORE_BF16", "AVX512_CORE_AMX", "ALL", ""):
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", allowed)
+        assert device.bf16_unsupported("cpu") is None, allowed
+
+
+def test_the_cpu_is_described_with_its_bf16_verdict(cpuinfo, monkeypatch) -> None:
+    cpuinfo("processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu avx avx2 fma\n")
+    line = cpu.describe()
+    assert line.startswith("AMD EPYC 7B13,") and "avx avx2" in line and "no bf16 (" in line
+    cpuinfo(X86_BF16.replace("flags", "model name\t: Xeon\nflags"))
+    assert "amx_tile" in cpu.describe() and cpu.describe().endswith("bf16 computed")
 
 
 def test_trl_args_take_bf16_on_cpu(cpuinfo, tmp_path: Path) -> None:
