@@ -213,13 +213,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     from serving.cpu import bf16_missing, describe
 
     picked = "bfloat16" if bf16_missing() is None else "float32"
-    caps = {
-        k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ
-    }
+    names = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")
+    caps = {k: os.environ[k] for k in names if k in os.environ}
     return [
         f"cpu: {describe()}",
         f"dtype auto (training and CPU serving): {picked}"
-        + (f"; instruction-set caps: {caps}" if caps else ""),
+        + (f"; environment: {caps}" if caps else ""),
     ]
 
 
