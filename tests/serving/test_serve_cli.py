@@ -208,6 +208,7 @@ def test_dry_run_prints_a_copy_pasteable_command(
     monkeypatch.setenv("ASTRA_SERVE_PYTHON", sys.executable)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    monkeypatch.setattr("serving.server.bf16_missing", lambda: None)  # auto: bfloat16
     name = "my model [v1]"  # a space and brackets: shell-quoted, and not eaten as rich markup
     args = ["up", "--model", str(tiny_bf16), "--served-model-name", name, "--dry-run"]
     result = runner.invoke(app, args)
@@ -219,10 +220,13 @@ def test_dry_run_prints_a_copy_pasteable_command(
     generation = json.loads(words[words.index("--override-generation-config") + 1])
     assert generation["temperature"] == 0.6
     assert "float32" not in result.stderr  # a bf16 checkpoint: no warning
+    assert words[words.index("--dtype") + 1] == "bfloat16"
 
 
 def test_fp32_checkpoint_gets_a_warning(tiny_fp32: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASTRA_SERVE_PYTHON", sys.executable)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # serving on the CPU
+    monkeypatch.setattr("serving.server.bf16_missing", lambda: None)  # auto casts to bfloat16
     result = runner.invoke(app, ["up", "--model", str(tiny_fp32), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "holds float32 weights" in flat(result.stderr)
@@ -231,6 +235,12 @@ def test_fp32_checkpoint_gets_a_warning(tiny_fp32: Path, monkeypatch: pytest.Mon
         app, ["up", "--model", str(tiny_fp32), "--dtype", "float32", "--dry-run"]
     )
     assert "--dtype float32 doubles the memory" in flat(result.stderr)
+    assert "--dtype float32" in result.stdout
+    # a CPU without bf16 (an AVX2-only one): auto serves the float32 weights as they are
+    monkeypatch.setattr("serving.server.bf16_missing", lambda: "no bf16 on this CPU")
+    result = runner.invoke(app, ["up", "--model", str(tiny_fp32), "--dry-run"])
+    assert "dtype auto serves float32 on this CPU: no bf16 on this CPU" in flat(result.stderr)
+    assert "holds float32 weights" not in flat(result.stderr)
     assert "--dtype float32" in result.stdout
 
 
