@@ -18,9 +18,9 @@ from serving.server import (
     ServeConfig,
     VLLMServer,
     dtype_warning,
-    served_dtype,
     load_serve_config,
     profile_names,
+    served_dtype,
     vllm_command,
     weights_dtype,
 )
