@@ -55,7 +55,10 @@ def kill_after_records(proc: subprocess.Popen[bytes], path: Path, n: int, timeou
     many records it holds then."""
     deadline = time.monotonic() + timeout_s
     while not (path.is_file() and len(path.read_text().splitlines()) >= n):
-        assert time.monotonic() < deadline and proc.poll() is None
+        assert proc.poll() is None, (
+            f"the process ended (code {proc.returncode}) before {path} held {n} records"
+        )
+        assert time.monotonic() < deadline, f"{path} did not hold {n} records within {timeout_s} s"
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -465,7 +465,8 @@ def kill_after_records_signal(
 
     deadline = time.monotonic() + timeout_s
     while not (path.is_file() and len(path.read_text().splitlines()) >= n and ready()):
-        assert time.monotonic() < deadline and proc.poll() is None
+        assert proc.poll() is None, f"the run ended (code {proc.returncode}) before {path} held {n}"
+        assert time.monotonic() < deadline, f"{path} did not hold {n} records within {timeout_s} s"
         time.sleep(0.05)
     time.sleep(0.5)
     proc.send_signal(sig)

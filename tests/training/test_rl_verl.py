@@ -681,7 +681,7 @@ def test_the_launch_supervisor_stops_everything_on_sigterm(tmp_path: Path) -> No
     proc = subprocess.Popen([sys.executable, "-m", "training.verl_launch", "bash", "-c", script])
     deadline = time.monotonic() + 20
     while not pidfile.is_file() or not pidfile.read_text().strip():
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, "the launched script wrote no pid within 20 s"
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
