@@ -25,9 +25,9 @@ for name, dt in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
     for _ in range(3):
         torch.nn.functional.linear(a, w)
     t0 = time.perf_counter()
-    for _ in range({iters}):
+    for _ in range(ITERS):
         torch.nn.functional.linear(a, w)
-    out[name] = 2 * 256 * 576 * 1536 * {iters} / (time.perf_counter() - t0) / 1e9
+    out[name] = 2 * 256 * 576 * 1536 * ITERS / (time.perf_counter() - t0) / 1e9
 print(json.dumps(out))
 """
 
@@ -37,7 +37,7 @@ def measure(cap: str, iters: int) -> dict[str, object]:
     if cap != "none":
         env["ONEDNN_MAX_CPU_ISA"] = cap
     out = subprocess.run(
-        [sys.executable, "-c", CHILD.format(iters=iters)],
+        [sys.executable, "-c", CHILD.replace("ITERS", str(iters))],
         capture_output=True,
         text=True,
         check=True,
