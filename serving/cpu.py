@@ -7,11 +7,12 @@ a float32 one (on an AMX Xeon limited to AVX2, 14.7 against 86 GFLOP/s; see docs
 Training's ``trl.dtype: auto`` and serving's ``dtype: auto`` both ask :func:`bf16_missing`.
 
 The flags in /proc/cpuinfo are not the whole answer: ``ONEDNN_MAX_CPU_ISA`` caps the
-instruction sets of oneDNN, which runs torch's CPU matmuls. A process started with it below
-AVX512_CORE_BF16 computes bf16 matmuls no faster than a CPU without bf16 (measured on the AMX
-Xeon: 15.8 GFLOP/s at AVX2, 30.0 at AVX512_CORE, 616 uncapped). ``ATEN_CPU_CAPABILITY`` caps
-only torch's own element-wise kernels (bf16 matmuls stayed at 183 GFLOP/s under ``avx2``).
-Both together make a faster machine behave as an AVX2-only one (docs/testing.md).
+instruction sets of oneDNN, which runs torch's bf16 CPU matmuls. A process started with it
+below AVX512_CORE_BF16 computes bf16 matmuls no faster than a CPU without bf16 (on the AMX
+Xeon, ``bench/cpu_bf16.py``: 34-36 GFLOP/s at AVX2, 75 at AVX512_CORE, 820-2,000 uncapped).
+``ATEN_CPU_CAPABILITY`` caps only torch's own element-wise kernels, and
+``MKL_ENABLE_INSTRUCTIONS`` MKL's float32 matmuls; neither touches bf16. All three together make
+a faster machine behave as an AVX2-only one (docs/testing.md).
 """
 
 from __future__ import annotations
