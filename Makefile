@@ -81,6 +81,7 @@ bench: setup
 	$(VENV)/bin/python bench/client.py
 	$(VENV)/bin/python bench/tau2_gold.py
 	$(VENV)/bin/python bench/decode.py
+	$(VENV)/bin/python bench/cpu_bf16.py
 
 clean:
 	rm -rf $(VENV) $(SERVE) $(BFCL) .mcp-servers .pytest_cache
