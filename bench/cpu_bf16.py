@@ -33,7 +33,7 @@ print(json.dumps(out))
 
 
 def measure(cap: str, iters: int) -> dict[str, object]:
-    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_MAX_CPU_ISA",)}
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
     if cap != "none":
         env["ONEDNN_MAX_CPU_ISA"] = cap
     out = subprocess.run(

@@ -3,7 +3,7 @@ description of the CPU for logs and test reports.
 
 bfloat16 pays on a CPU only where the cores compute it (AVX512-BF16 or AMX on x86, the BF16
 extension on ARM): elsewhere torch emulates it and a bf16 matmul runs several times slower than
-a float32 one (on an AMX Xeon limited to AVX2, 14.7 against 86 GFLOP/s; see docs/testing.md).
+a float32 one (``bench/cpu_bf16.py``; figures in bench/RESULTS.md).
 Training's ``trl.dtype: auto`` and serving's ``dtype: auto`` both ask :func:`bf16_missing`.
 
 The flags in /proc/cpuinfo are not the whole answer: ``ONEDNN_MAX_CPU_ISA`` caps the
@@ -47,11 +47,14 @@ def _cpuinfo_fields(cpuinfo: Path | None = None) -> dict[str, str]:
     return out
 
 
+def _flags_of(fields: dict[str, str]) -> frozenset[str]:
+    return frozenset((fields.get("flags") or fields.get("Features") or "").split())
+
+
 def cpu_flags(cpuinfo: Path | None = None) -> frozenset[str]:
     """The feature flags of the first CPU listed in ``cpuinfo`` (x86's ``flags``, ARM's
     ``Features``); empty where the file cannot be read (not Linux, a sandbox)."""
-    fields = _cpuinfo_fields(cpuinfo)
-    return frozenset((fields.get("flags") or fields.get("Features") or "").split())
+    return _flags_of(_cpuinfo_fields(cpuinfo))
 
 
 def isa_cap() -> str | None:
@@ -63,10 +66,10 @@ def isa_cap() -> str | None:
     return None
 
 
-def bf16_missing() -> str | None:
-    """Why this process's CPU does not compute bfloat16 (it would be emulated, slower than
-    float32), or None where it does."""
-    flags = cpu_flags()
+def bf16_missing(flags: frozenset[str] | None = None) -> str | None:
+    """Why this process's CPU (with ``flags``, read from /proc/cpuinfo unless given) does not
+    compute bfloat16 (it would be emulated, slower than float32), or None where it does."""
+    flags = cpu_flags() if flags is None else flags
     if not flags:
         return f"the CPU's flags cannot be read from {CPUINFO}"
     if not flags & CPU_BF16_FLAGS:
@@ -82,8 +85,8 @@ def describe() -> str:
     bf16 (with the reason where not). For test reports and logs."""
     fields = _cpuinfo_fields()
     model = fields.get("model name") or fields.get("CPU part") or platform.processor() or "?"
-    flags = cpu_flags()
+    flags = _flags_of(fields)
     shown = sorted(f for f in flags if f in CPU_BF16_FLAGS or f.startswith(("amx", "avx")))
-    why = bf16_missing()
+    why = bf16_missing(flags)
     bf16 = "bf16 computed" if why is None else f"no bf16 ({why})"
     return f"{model}, {os.cpu_count()} cores; {' '.join(shown) or 'no avx/amx flags'}; {bf16}"
