@@ -35,8 +35,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from eval.bfcl.official import CATEGORIES, OFFICIAL_FC_MODEL, load_category
+from eval.bfcl.runner import BFCLSummary
 from eval.results import SUMMARY
-from eval.summaries import BFCLSummary
 
 
 @contextlib.contextmanager

@@ -309,7 +309,7 @@ def make_runs(root: Path) -> tuple[Path, Path]:
 
 
 def build_in_process(runs: list[Path], out: Path) -> float:
-    from eval.report import build_report
+    from eval.page import build_report
     from eval.rundir import load_runs
 
     t0 = time.perf_counter()
@@ -356,7 +356,7 @@ def open_times(page_file: Path, rounds: int) -> tuple[list[float], list[float]]:
 
 def plotly_only(out: Path) -> Path:
     """The baseline page: plotly.js (as the report embeds it) and one chart."""
-    from eval.report.build import plotly_js
+    from eval.page import plotly_js
 
     out.write_text(
         '<!DOCTYPE html><html><head><meta charset="utf-8"></head><body><div id="c"></div>'

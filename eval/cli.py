@@ -24,9 +24,9 @@ from eval.arenas.kind import ARENAS
 from eval.arenas.runner import ArenaEvalConfig
 from eval.bfcl.kind import BFCL
 from eval.bfcl.runner import BFCLConfig
-from eval.evalkind import EvalKind
 from eval.general.kind import GENERAL
 from eval.general.runner import GeneralEvalConfig
+from eval.run import EvalKind
 from eval.runner import ProgressEvent
 from eval.tau2.kind import TAU2
 from eval.tau2.runner import Tau2Config
@@ -84,7 +84,7 @@ C = TypeVar("C", bound=BaseModel)
 S = TypeVar("S")
 
 
-def _run_eval(
+def run_eval_command(
     kind: EvalKind,
     config: type[C],
     overrides: dict[str, Any],
@@ -92,9 +92,10 @@ def _run_eval(
 ) -> C:
     """Load an eval's config (flags over ``ASTRA_EVAL_*`` variables), run the eval under the
     progress bar (with the kind's running score) and show its summary (the kind's table);
-    returns the config."""
+    returns the config. An eval's command is its flags and this call (``astra-eval
+    arenas``'s is the model)."""
     cfg = load_config(config, None, overrides, env_prefix=ENV_PREFIX)
-    with _progress(kind.name, kind.score or (lambda records: "")) as hook:
+    with _progress(kind.name, kind.progress or (lambda records: "")) as hook:
         summary = asyncio.run(evaluate(cfg, hook))
     kind.show(summary)
     return cfg
@@ -120,7 +121,7 @@ def arenas(ctx: typer.Context, *, overrides: dict[str, Any]) -> None:
         raise typer.BadParameter("--data FILE is required (or use `arenas validate FILE`)")
     from eval.arenas.runner import evaluate_arenas
 
-    cfg = _run_eval(ARENAS, ArenaEvalConfig, overrides, evaluate_arenas)
+    cfg = run_eval_command(ARENAS, ArenaEvalConfig, overrides, evaluate_arenas)
     console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
 
 
@@ -188,7 +189,7 @@ def bfcl(
 
     _set_names(overrides, "categories", categories, "base,miss_func")
     _set_names(overrides, "ids", ids, "multi_turn_base_0")
-    cfg = _run_eval(BFCL, BFCLConfig, overrides, evaluate_bfcl)
+    cfg = run_eval_command(BFCL, BFCLConfig, overrides, evaluate_bfcl)
     console.print(f"results: {cfg.out}/results.jsonl, summary.json, leaderboard.csv")
 
 
@@ -333,7 +334,7 @@ def tau2(
 
     _set_names(overrides, "domains", domains, "retail,telecom")
     _set_names(overrides, "tasks", tasks, "0,1")
-    cfg = _run_eval(TAU2, Tau2Config, overrides, evaluate_tau2)
+    cfg = run_eval_command(TAU2, Tau2Config, overrides, evaluate_tau2)
     console.print(f"results: {cfg.out}/results.jsonl, summary: {cfg.out}/summary.json")
 
 
@@ -432,7 +433,7 @@ def report(
 
     Example: astra-eval report runs/bfcl runs/arenas runs/sft-tiny --out report.html
     """
-    from eval.report.build import build_report, check_target
+    from eval.page import build_report, check_target
     from eval.rundir import load_run, unique_names
 
     check_target(out, overwrite)

@@ -36,9 +36,9 @@ from rich.table import Table
 
 from astra_agent.errors import ConfigError
 from astra_agent.runio import write_json_atomic
-from eval.evalkind import EvalKind
-from eval.kinds import COMPARABLE
-from eval.rundir import detect_kind, load_run, typed_records
+from eval.kinds import comparable
+from eval.run import EvalKind, Run
+from eval.rundir import load_run, typed_records
 from eval.stats import (
     CHANGED,
     COUNTED,
@@ -65,6 +65,7 @@ __all__ = [
     "Direction",
     "PairedTest",
     "Row",
+    "compare_loaded",
     "compare_runs",
     "mcnemar",
     "mean_ci",
@@ -92,25 +93,23 @@ def _or(words: Sequence[str]) -> str:
     return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else "".join(words)
 
 
-def _kind(path: Path) -> EvalKind:
-    kind = detect_kind(path)
-    comparable = {k.name: k for k in COMPARABLE}
-    if kind not in comparable:
-        whats = [k.pairing.what for k in COMPARABLE if k.pairing is not None]
-        commands = [f"`astra-eval {k.name}`" for k in COMPARABLE]
+def _kind(path: Path, run: Run) -> EvalKind:
+    """The kind ``run`` was read as, where it is one that pairs its runs."""
+    if run.eval_kind is None or run.eval_kind not in comparable():
+        whats = [k.pairing.what for k in comparable() if k.pairing is not None]
+        commands = [f"`astra-eval {k.name}`" for k in comparable()]
         raise ConfigError(
-            f"{path} is a {kind} run: compare takes {_or(whats)} runs",
+            f"{path} is a {run.kind} run: compare takes {_or(whats)} runs",
             hint=f"give the directories of two runs of {_or(commands)}",
         )
-    return comparable[kind]
+    return run.eval_kind
 
 
-def _load(path: Path, warnings: list[str]) -> _Run:
+def _load(path: Path, run: Run, kind: EvalKind, warnings: list[str]) -> _Run:
     """The run's records by id (the later of two with one id wins), read without writing to
     the directory (it may be a run still appending); what is missing becomes a warning."""
-    run = load_run(path)
     warnings += [f"{path}: {p}" for p in run.problems]
-    typed, bad = typed_records(run.kind, run.records)
+    typed, bad = typed_records(kind, run.records)
     if bad:
         warnings.append(f"{path}: {bad} record(s) are not {run.kind} records: left out")
     if not typed:
@@ -133,18 +132,24 @@ def compare_runs(a: Path, b: Path) -> Comparison:
     runs with no id in common, or runs the kind finds not comparable (τ²: other data or user
     simulator) are ConfigErrors; a half-written run is compared as far as it goes, with a
     warning."""
-    kind, kind_b = _kind(a), _kind(b)
+    return compare_loaded(load_run(a), load_run(b))
+
+
+def compare_loaded(run_a: Run, run_b: Run) -> Comparison:
+    """:func:`compare_runs` of two runs already read (:func:`eval.rundir.load_run`)."""
+    a, b = run_a.path, run_b.path
+    kind, kind_b = _kind(a, run_a), _kind(b, run_b)
     pairing = kind.pairing
     assert pairing is not None and kind_b.pairing is not None  # _kind: comparable kinds only
     if kind.name != kind_b.name:
-        two = [f"two {k.pairing.what} runs" for k in COMPARABLE if k.pairing is not None]
+        two = [f"two {k.pairing.what} runs" for k in comparable() if k.pairing is not None]
         raise ConfigError(
             f"cannot compare runs of different kinds: {a} is {pairing.noun} run, "
             f"{b} {kind_b.pairing.noun} run",
             hint=f"compare {_or(two)}",
         )
     warnings: list[str] = []
-    ra, rb = _load(a, warnings), _load(b, warnings)
+    ra, rb = _load(a, run_a, kind, warnings), _load(b, run_b, kind_b, warnings)
     if pairing.comparable is not None:
         pair = (ra.fingerprint, rb.fingerprint)
         warnings += pairing.comparable((a, b), pair, (ra.summary, rb.summary))

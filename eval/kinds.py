@@ -1,20 +1,49 @@
-"""The registry of eval kinds: the one place that names them. Each eval package's ``kind.py``
-builds its :class:`eval.evalkind.EvalKind`; a new eval is its package plus one line here (its
-import) and its name in :data:`REGISTRY`, whose order is the report's order of sections."""
+"""The registry of eval kinds: the one place that names the built-in ones. Each eval package's
+``kind.py`` builds its :class:`eval.run.EvalKind`; a new eval is its package plus one line here
+(its import, and its place in :data:`KINDS`, whose order is the report's order of sections), or,
+for an eval that lives outside this package, one :func:`register` call when it is imported.
+Readers ask the registry when they need it (:func:`registry`, :func:`comparable`), so that a
+kind registered later is seen by all of them."""
 
 from __future__ import annotations
 
 from astra_agent.errors import ConfigError
 from eval.arenas.kind import ARENAS
 from eval.bfcl.kind import BFCL
-from eval.evalkind import EvalKind
 from eval.general.kind import GENERAL
+from eval.run import TRAINING_KINDS, EvalKind
 from eval.tau2.kind import TAU2
 
-REGISTRY: tuple[EvalKind, ...] = (BFCL, ARENAS, GENERAL, TAU2)
-KINDS: dict[str, EvalKind] = {k.name: k for k in REGISTRY}
-NAMES: tuple[str, ...] = tuple(KINDS)
-COMPARABLE: tuple[EvalKind, ...] = tuple(k for k in REGISTRY if k.pairing is not None)
+KINDS: dict[str, EvalKind] = {k.name: k for k in (BFCL, ARENAS, GENERAL, TAU2)}
+
+
+def registry() -> tuple[EvalKind, ...]:
+    """Every kind, in the report's order."""
+    return tuple(KINDS.values())
+
+
+def names() -> tuple[str, ...]:
+    return tuple(KINDS)
+
+
+def comparable() -> tuple[EvalKind, ...]:
+    """The kinds whose runs pair entry by entry (``astra-eval compare``)."""
+    return tuple(k for k in KINDS.values() if k.pairing is not None)
+
+
+def register(kind: EvalKind) -> EvalKind:
+    """Add ``kind`` after the others (a ValueError if its name is taken, by an eval kind or a
+    training kind); returns it, so that a package can write ``KIND = register(EvalKind(…))``."""
+    if kind.name in KINDS or kind.name in TRAINING_KINDS:
+        raise ValueError(f"an eval kind named {kind.name!r} is registered already")
+    KINDS[kind.name] = kind
+    return kind
+
+
+def unregister(kind: EvalKind) -> None:
+    """Remove ``kind`` (one :func:`register` added; a no-op where it is not there)."""
+    if KINDS.get(kind.name) is kind:
+        del KINDS[kind.name]
 
 
 def get_kind(name: str) -> EvalKind:
@@ -22,7 +51,7 @@ def get_kind(name: str) -> EvalKind:
     kind = KINDS.get(name)
     if kind is None:
         raise ConfigError(
-            f"unknown eval kind {name!r}: this astra-eval knows {', '.join(NAMES)}",
+            f"unknown eval kind {name!r}: this astra-eval knows {', '.join(KINDS)}",
             hint="a run directory of a newer astra-eval, or an eval kind not in eval/kinds.py",
         )
     return kind
@@ -31,4 +60,4 @@ def get_kind(name: str) -> EvalKind:
 def guess_order() -> tuple[EvalKind, ...]:
     """The kinds in the order an old run directory (no ``kind`` in config.json) is matched
     against their fields: those marked ``first`` before the rest."""
-    return tuple(sorted(REGISTRY, key=lambda k: not k.guess.first))
+    return tuple(sorted(KINDS.values(), key=lambda k: not k.guess.first))

@@ -6,7 +6,7 @@ writers leave:
 
 * the eval kinds (``astra-eval``): ``config.json`` (the kind and the fingerprint; a run
   written before the kind was recorded is recognised by its fields:
-  :class:`eval.evalkind.Guess`), ``results.jsonl`` (one record per entry; the later of two
+  :class:`eval.run.Guess`), ``results.jsonl`` (one record per entry; the later of two
   with one id wins), ``summary.json`` (written at the end of a run);
 * ``sft``, ``rl`` (``astra-train``): ``astra-sft.json`` / ``astra-rl.json`` (the fingerprint),
   ``metrics.jsonl`` (one record per logged step; verl's file logger writes a file per launch,
@@ -22,7 +22,7 @@ A run directory may hold anything: files are read through :mod:`eval.runfiles` (
 only, bounded, symlink loops named), and what the report consumes is validated, strictly, before
 it is used: each record against its eval's record class (fields this version does not know are
 ignored), each metrics line for its step, each summary against its kind's model
-(:attr:`eval.evalkind.EvalKind.summary`). What does not validate is left out with a problem
+(:attr:`eval.run.EvalKind.summary`). What does not validate is left out with a problem
 naming the file and line, and the run is partial; :attr:`Run.usable` says whether anything is
 left to show.
 """
@@ -41,9 +41,10 @@ from typing import Any, cast
 from pydantic import ConfigDict, ValidationError
 
 from astra_agent.errors import ConfigError
-from eval.kinds import NAMES, get_kind, guess_order
+from eval.kinds import KINDS as KINDS_BY_NAME
+from eval.kinds import get_kind, guess_order, names
 from eval.results import CONFIG, RESULTS, SUMMARY, EvalRecord
-from eval.run import TRAINING_KINDS, Run
+from eval.run import EvalKind, Run
 from eval.runfiles import (
     JSON_LIMIT,
     JSONL_LIMIT,
@@ -57,8 +58,6 @@ from eval.runfiles import (
 log = logging.getLogger(__name__)
 
 RunKind = str  # an eval kind's name (eval.kinds) or a training kind
-EVAL_KINDS: tuple[RunKind, ...] = NAMES
-KINDS: tuple[RunKind, ...] = (*EVAL_KINDS, *TRAINING_KINDS)
 # The training writers' file names (training/ is not imported: it imports eval).
 RUN_FILES: dict[RunKind, str] = {"sft": "astra-sft.json", "rl": "astra-rl.json"}
 METRICS = "metrics.jsonl"
@@ -66,11 +65,16 @@ FINAL_DIR = "final"
 VERL_METRICS_DIR = "verl-metrics"  # training.verl_job.METRICS_DIR: a file per launch
 VERL_FINAL_DIR = "final-bf16"  # what a verl run converts its last checkpoint into
 _MAX_LAUNCHES = 1000
-_HINT = (
-    f"pass directories written by `astra-eval {'|'.join(EVAL_KINDS)}` (config.json, "
-    "results.jsonl, summary.json) or `astra-train sft|rl` (astra-sft.json or astra-rl.json, "
-    "metrics.jsonl)"
-)
+
+
+def _hint() -> str:
+    return (
+        f"pass directories written by `astra-eval {'|'.join(names())}` (config.json, "
+        "results.jsonl, summary.json) or `astra-train sft|rl` (astra-sft.json or astra-rl.json, "
+        "metrics.jsonl)"
+    )
+
+
 _FIRST_LINE_LIMIT = 64 << 20  # detection reads one record at most this long
 _REASONS = 20  # reasons for skipped lines named per file; the rest are counted
 
@@ -79,32 +83,37 @@ _REASONS = 20  # reasons for skipped lines named per file; the rest are counted
 
 
 def detect_kind(path: Path) -> RunKind:
-    """The kind of run ``path`` holds; a ConfigError (with a hint) when it does not exist, is
-    not a directory or holds none of our runs' files."""
-    path = Path(path)
+    """The kind of run ``path`` holds, by name; a ConfigError (with a hint) when it does not
+    exist, is not a directory or holds none of our runs' files."""
+    kind = _detect(Path(path))
+    return kind.name if isinstance(kind, EvalKind) else kind
+
+
+def _detect(path: Path) -> EvalKind | RunKind:
+    """:func:`detect_kind`, an eval kind resolved (a training kind by its name)."""
     problem = dir_problem(path)
     if problem == "not found":
-        raise ConfigError(f"run directory not found: {path}", hint=_HINT)
+        raise ConfigError(f"run directory not found: {path}", hint=_hint())
     if problem:
-        raise ConfigError(f"{path} is {problem}: not a run directory", hint=_HINT)
+        raise ConfigError(f"{path} is {problem}: not a run directory", hint=_hint())
     kind = _kind_of(path)
     if kind is None:
         raise ConfigError(
             f"{path} is not a run directory of astra-eval or astra-train: it holds none of "
             f"{SUMMARY}, {RESULTS}, {CONFIG}, {', '.join(RUN_FILES.values())}, {METRICS} "
             "(or they are not readable as ours)",
-            hint=_HINT,
+            hint=_hint(),
         )
     return kind
 
 
-def _kind_of(path: Path) -> RunKind | None:
+def _kind_of(path: Path) -> EvalKind | RunKind | None:
     for kind, name in RUN_FILES.items():
         if (path / name).is_file():
             return kind
     config = _json_file(path / CONFIG)
     if isinstance(config, dict) and isinstance(config.get("kind"), str):
-        return get_kind(config["kind"]).name  # recorded since runs name their kind
+        return get_kind(config["kind"])  # recorded since runs name their kind
     # Written before runs named their kind: told by the fields of what is there.
     summary = _json_file(path / SUMMARY)
     fp = config.get("fingerprint") if isinstance(config, dict) else None
@@ -116,25 +125,25 @@ def _kind_of(path: Path) -> RunKind | None:
     )
 
 
-def _eval_kind(value: Any) -> RunKind | None:
-    return cast(RunKind, value) if value in EVAL_KINDS else None
+def _eval_kind(value: Any) -> EvalKind | None:
+    return KINDS_BY_NAME.get(value) if isinstance(value, str) else None
 
 
-def _kind_from_keys(obj: dict[str, Any], *, summary: bool) -> RunKind | None:
+def _kind_from_keys(obj: dict[str, Any], *, summary: bool) -> EvalKind | None:
     """The kind a summary or a first record shows by its fields."""
     if _eval_kind(obj.get("kind")):
         return _eval_kind(obj.get("kind"))
     for kind in guess_order():
         if (kind.guess.summary if summary else kind.guess.record)(obj):
-            return kind.name
+            return kind
     return None
 
 
-def _kind_from_fingerprint(fp: dict[str, Any]) -> RunKind | None:
+def _kind_from_fingerprint(fp: dict[str, Any]) -> EvalKind | None:
     """config.json's fingerprint: what each eval's results depend on."""
     if _eval_kind(fp.get("kind")):
         return _eval_kind(fp.get("kind"))
-    return next((k.name for k in guess_order() if k.guess.fingerprint(fp)), None)
+    return next((k for k in guess_order() if k.guess.fingerprint(fp)), None)
 
 
 def _training_kind(first: dict[str, Any]) -> RunKind | None:
@@ -245,12 +254,10 @@ def _read_lines(path: Path) -> _Lines:
 
 
 @cache
-def record_class(kind: RunKind) -> type[EvalRecord]:
+def record_class(kind: EvalKind) -> type[EvalRecord]:
     """The kind's record class as a reader takes it: fields it does not know are ignored (a
     newer writer's), every field it knows must have its type."""
-    if kind not in EVAL_KINDS:
-        raise ValueError(f"{kind} runs have no records")
-    base = get_kind(kind).record
+    base = kind.record
     allow = base.model_config.get("extra") == "allow"  # GeneralRecord: its metrics
     config = ConfigDict(extra="allow" if allow else "ignore")
     return cast(type[EvalRecord], type(base.__name__, (base,), {"model_config": config}))
@@ -274,7 +281,7 @@ def _invalid(what: str, exc: ValidationError) -> str:
     return f"is not {article} {what} ({where}: {first['msg']}{more})"
 
 
-def _read_records(path: Path, kind: RunKind) -> tuple[list[dict[str, Any]], list[str]]:
+def _read_records(path: Path, kind: EvalKind) -> tuple[list[dict[str, Any]], list[str]]:
     """Records by id, as written (the later of two with one id wins, in the order of first
     appearance), each validated strictly against the kind's record class; and the problems:
     lines left out, records that do not validate."""
@@ -285,13 +292,13 @@ def _read_records(path: Path, kind: RunKind) -> tuple[list[dict[str, Any]], list
         try:
             cls.model_validate(obj, strict=True)
         except ValidationError as exc:
-            lines.skip(_invalid(f"{kind} record", exc), n)
+            lines.skip(_invalid(f"{kind.name} record", exc), n)
             continue
         records[obj["id"]] = obj
     return list(records.values()), lines.problems(path.name)
 
 
-def typed_records(kind: RunKind, records: list[dict[str, Any]]) -> tuple[list[Any], int]:
+def typed_records(kind: EvalKind, records: list[dict[str, Any]]) -> tuple[list[Any], int]:
     """The records as the kind's record class (as :func:`record_class` reads it) and how many
     did not validate."""
     cls = record_class(kind)
@@ -307,15 +314,15 @@ def typed_records(kind: RunKind, records: list[dict[str, Any]]) -> tuple[list[An
 # ------------------------------------------------------------------ summaries
 
 
-def _valid_summary(kind: RunKind, data: Any) -> tuple[dict[str, Any] | None, str | None]:
+def _valid_summary(kind: EvalKind, data: Any) -> tuple[dict[str, Any] | None, str | None]:
     """``summary.json`` as the report reads it (the fields it reads with their types, missing
     ones at their defaults), or why it is not one."""
     if not isinstance(data, dict):
         return None, f"is JSON {type(data).__name__}, not an object"
     try:
-        summary = get_kind(kind).summary.model_validate(data)
+        summary = kind.summary.model_validate(data)
     except ValidationError as exc:
-        return None, _invalid(f"{kind} summary", exc)
+        return None, _invalid(f"{kind.name} summary", exc)
     return summary.model_dump(mode="python"), None
 
 
@@ -325,9 +332,9 @@ def _valid_summary(kind: RunKind, data: Any) -> tuple[dict[str, Any] | None, str
 def load_run(path: Path, name: str | None = None) -> Run:
     """Read the run in ``path`` (:func:`detect_kind` first; its errors propagate)."""
     path = Path(path)
-    kind = detect_kind(path)
+    kind = _detect(path)
     label = name or default_name(path)
-    if kind in EVAL_KINDS:
+    if isinstance(kind, EvalKind):
         return _load_eval(path, kind, label)
     return _load_training(path, kind, label)
 
@@ -358,7 +365,7 @@ def unique_names(paths: Iterable[Path]) -> list[str]:
     return out
 
 
-def _load_eval(path: Path, kind: RunKind, name: str) -> Run:
+def _load_eval(path: Path, kind: EvalKind, name: str) -> Run:
     problems: list[str] = []
     config, why = _read_json(path / CONFIG)
     if why or (config is not None and not isinstance(config, dict)):
@@ -399,29 +406,29 @@ def _load_eval(path: Path, kind: RunKind, name: str) -> Run:
         total = summary.get("total")
         problems.append(f"the run is incomplete: {len(records)} of {total} entries recorded")
         partial = True
-    return Run(path, name, kind, summary, records, [], config, partial, problems)
+    return Run(path, name, kind.name, summary, records, [], config, partial, problems, kind)
 
 
-def _count(kind: RunKind, summary: dict[str, Any]) -> int | None:
+def _count(kind: EvalKind, summary: dict[str, Any]) -> int | None:
     """How many entries a summary covers (None: it does not say)."""
-    value = summary.get(get_kind(kind).counted_by)
+    value = summary.get(kind.counted_by)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _summarize(
-    kind: RunKind, records: list[dict[str, Any]], config: Any, problems: list[str]
+    kind: EvalKind, records: list[dict[str, Any]], config: Any, problems: list[str]
 ) -> dict[str, Any]:
     """A summary computed from the records, as the eval's own would be (without the figures
     only the run knew: wall time, total); records that do not validate are left out (and
     said so in ``problems``)."""
     typed, bad = typed_records(kind, records)
     if bad:
-        problems.append(f"{bad} record(s) do not validate as {kind} records: left out")
+        problems.append(f"{bad} record(s) do not validate as {kind.name} records: left out")
     fp = config.get("fingerprint", {}) if isinstance(config, dict) else {}
     model = fp.get("model") if isinstance(fp, dict) else None
     known = {"model": model} if model else {}
     fingerprint = fp if isinstance(fp, dict) else {}
-    return {**get_kind(kind).summarize(typed, records, fingerprint), **known}
+    return {**kind.summarize(typed, records, fingerprint), **known}
 
 
 def _load_training(path: Path, kind: RunKind, name: str) -> Run:

@@ -23,8 +23,8 @@ from astra_agent.console import cli_errors, console
 from astra_agent.errors import ConfigError
 from astra_agent.testing.scripted_server import ScriptedServer
 from eval.arenas import DATA_DIR, ArenaEvalConfig, evaluate_arenas, replay_script
+from eval.arenas.runner import ArenaSummary
 from eval.results import RESULTS
-from eval.summaries import ArenaSummary
 
 TRAIN_TASKS = DATA_DIR / "train.jsonl"
 

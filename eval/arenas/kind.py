@@ -1,4 +1,4 @@
-"""The RL arenas as their runs' readers see them (:class:`eval.evalkind.EvalKind`): records
+"""The RL arenas as their runs' readers see them (:class:`eval.run.EvalKind`): records
 and summary, the pairing of two runs (reward and fully solved per task: Wilcoxon, McNemar),
 the report section and the CLI table."""
 
@@ -11,9 +11,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from astra_agent.console import console
-from eval.arenas.runner import NAME, ArenaRecord, summarize
-from eval.evalkind import EvalKind, Guess
-from eval.report.evals import arenas_section
+from eval.arenas.report import arenas_section
+from eval.arenas.runner import NAME, ArenaRecord, ArenaSummary, summarize
+from eval.run import EvalKind, Guess
 from eval.stats import (
     EPS,
     Direction,
@@ -25,7 +25,6 @@ from eval.stats import (
     verdict_change,
     wilcoxon_rewards,
 )
-from eval.summaries import ArenaSummary
 
 METRICS = ("mean_reward", "fully_solved", "mean_recall", "mean_precision", "tool_calls_per_task")
 
@@ -68,7 +67,7 @@ def _tests(rows: list[Row]) -> Tested:
     return [wilcoxon_rewards(diffs), mcnemar(c["fixed"], c["broken"], "fully solved")], []
 
 
-def _score(records: list[Any]) -> str:
+def _progress(records: list[Any]) -> str:
     s = summarize(records)
     return f"reward {s.mean_reward:.3f}  solved {s.fully_solved:.0%}"
 
@@ -100,7 +99,9 @@ ARENAS = EvalKind(
     summarize=_summarize,
     section=arenas_section,
     show=_show,
-    score=_score,
+    progress=_progress,
+    score=lambda r: None if r.get("error_kind") else float(r.get("reward") or 0.0),
+    solved=lambda r: not r.get("error_kind") and bool(r.get("fully_solved")),
     guess=Guess(
         summary=lambda s: "mean_reward" in s or ("data" in s and "skipped_records" in s),
         fingerprint=lambda fp: "data_sha256" in fp,

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.arena import ArenaEnvironment, ArenaTask, LoadReport, load_arena_file
 from astra_agent.arena import trajectory_reward as reward_of
@@ -19,7 +19,7 @@ from astra_agent.trajectory import Termination, Trajectory
 from eval.arenas.checks import task_findings
 from eval.results import EvalRecord
 from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
-from eval.summaries import ArenaDomain, ArenaSummary
+from eval.summaries import EvalSummary
 
 NAME = "arenas"  # the eval kind (eval/kinds.py)
 
@@ -60,6 +60,26 @@ class ArenaRecord(EvalRecord):
     termination: Termination
     errors: dict[str, int] = Field(default_factory=dict)
     trajectory: Trajectory | None = None
+
+
+class ArenaDomain(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    tasks: int | None = None
+    mean_reward: float | None = None
+    fully_solved: float | None = None
+
+
+class ArenaSummary(EvalSummary):
+    tasks: int | None = None
+    mean_reward: float | None = None
+    fully_solved: float | None = None
+    mean_recall: float | None = None
+    mean_precision: float | None = None
+    tool_calls_per_task: float | None = None
+    errors: dict[str, int] = Field(default_factory=dict)
+    terminations: dict[str, int] = Field(default_factory=dict)
+    domains: dict[str, ArenaDomain] = Field(default_factory=dict)
 
 
 def task_ids(tasks: list[ArenaTask]) -> dict[int, str]:

@@ -1,4 +1,4 @@
-"""BFCL-V3 multi-turn as its runs' readers see it (:class:`eval.evalkind.EvalKind`): records
+"""BFCL-V3 multi-turn as its runs' readers see it (:class:`eval.run.EvalKind`): records
 and summary, the pairing of two runs (verdict per entry, McNemar), the report section and the
 CLI table."""
 
@@ -10,11 +10,17 @@ from rich.table import Table
 
 from astra_agent.console import console
 from eval.bfcl.official import CATEGORIES
-from eval.bfcl.runner import NAME, PUBLISHED, BFCLRecord, overall_label, summarize
-from eval.evalkind import EvalKind, Guess
-from eval.report.evals import bfcl_section
+from eval.bfcl.report import bfcl_section
+from eval.bfcl.runner import (
+    NAME,
+    PUBLISHED,
+    BFCLRecord,
+    BFCLSummary,
+    overall_label,
+    summarize,
+)
+from eval.run import EvalKind, Guess
 from eval.stats import Pairing, Row, Tested, presence, verdict_change, verdict_tests
-from eval.summaries import BFCLSummary
 
 CATS = ("base", "miss_func", "miss_param", "long_context")
 
@@ -49,7 +55,7 @@ def _category_order(name: str) -> tuple[int, str]:
     return (CATEGORIES.index(name), "") if name in CATEGORIES else (len(CATEGORIES), name)
 
 
-def _score(records: list[Any]) -> str:
+def _progress(records: list[Any]) -> str:
     return "  ".join(f"{c} {a:.1f}" for c, a in summarize(records).accuracy.items())
 
 
@@ -89,7 +95,8 @@ BFCL = EvalKind(
     summarize=_summarize,
     section=bfcl_section,
     show=_show,
-    score=_score,
+    progress=_progress,
+    score=lambda r: None if r.get("error_kind") else float(bool(r.get("valid"))),
     guess=Guess(
         summary=lambda s: "accuracy" in s and "overall" in s,
         fingerprint=lambda fp: "categories" in fp,

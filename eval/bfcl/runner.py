@@ -33,7 +33,7 @@ from eval.bfcl.checker import check_entry
 from eval.bfcl.official import CATEGORIES, PINNED, Entry, held_out_tools, load_category
 from eval.results import ErrorKind, EvalRecord
 from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
-from eval.summaries import BFCLSummary
+from eval.summaries import EvalSummary
 
 NAME = "bfcl"  # the eval kind (eval/kinds.py)
 STEP_LIMIT = 20  # the official MAXIMUM_STEP_LIMIT
@@ -85,6 +85,16 @@ class BFCLRecord(EvalRecord):
     decoded: list[list[list[str]]] = Field(default_factory=list)
     responses: list[list[Any]] = Field(default_factory=list)
     trajectory: Trajectory | None = None
+
+
+class BFCLSummary(EvalSummary):
+    entries: int | None = None
+    accuracy: dict[str, float] = Field(default_factory=dict)
+    overall: float | None = None
+    overall_partial: bool = True
+    counts: dict[str, int] = Field(default_factory=dict)
+    errors: dict[str, int] = Field(default_factory=dict)
+    inference_errors: int | None = None
 
 
 def select(cfg: BFCLConfig) -> list[Entry]:

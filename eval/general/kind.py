@@ -1,5 +1,5 @@
 """General benchmarks (lm-eval tasks) as their runs' readers see them
-(:class:`eval.evalkind.EvalKind`): records and summary, the report section and the CLI table.
+(:class:`eval.run.EvalKind`): records and summary, the report section and the CLI table.
 Their runs are not compared entry by entry (no pairing).
 
 The smallest kind: a new eval's ``kind.py`` starts as a copy of this one."""
@@ -12,10 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from astra_agent.console import console
-from eval.evalkind import EvalKind, Guess
-from eval.general.runner import NAME, GeneralRecord
-from eval.report.evals import general_section
-from eval.summaries import GeneralSummary
+from eval.general.report import general_section
+from eval.general.runner import NAME, GeneralRecord, GeneralSummary
+from eval.run import EvalKind, Guess
 
 
 def general_summary(records: list[dict[str, Any]]) -> dict[str, Any]:

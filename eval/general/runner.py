@@ -49,7 +49,7 @@ from eval.results import (
     prepare_results_dir,
 )
 from eval.runner import EndpointDied
-from eval.summaries import GeneralSummary
+from eval.summaries import EvalSummary
 
 if TYPE_CHECKING:
     from eval.general.backend import AstraChatLM, Generation
@@ -121,6 +121,16 @@ class GeneralRecord(EvalRecord):
     target: str
     filters: dict[str, str] | None = None  # every filter's result, where a task has several
     responses: list[str] | None = None  # every reply, where a task samples several (repeats)
+
+
+class GeneralSummary(EvalSummary):
+    tasks: dict[str, dict[str, float]] = Field(default_factory=dict)
+    published: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    samples: int | None = None
+    scored: int | None = None
+    errors: int | None = None
+    errors_by_task: dict[str, int] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
 
 
 # ------------------------------------------------------------------ tasks

@@ -8,11 +8,8 @@ carry ``key`` (``data-metric``) and ``run`` (``data-run``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from eval.run import Run
 
 
 @dataclass(frozen=True)
@@ -101,20 +98,6 @@ class Page:
         return len(self.views) - 1
 
 
-View = Callable[[dict[str, Any]], tuple[Entry, dict[str, Any]]]
-
-
-def entry_list(page: Page, run: Run, view: View) -> Entries:
-    """``run``'s records as an entry list: a line each, and its drill-down view (``view``)
-    among the page's data."""
-    items, views = [], []
-    for r in run.records:
-        item, v = view(r)
-        items.append(item)
-        views.append(v)
-    return Entries(run.name, page.entries(views), items)
-
-
 # ------------------------------------------------------------------ formatting
 
 
@@ -142,8 +125,3 @@ def counts(mapping: Any) -> str:
     if not isinstance(mapping, dict) or not mapping:
         return "none"
     return ", ".join(f"{k}={v}" for k, v in mapping.items())
-
-
-def run_header(run: Run) -> str:
-    model = f" — {run.model}" if run.model else ""
-    return f"{run.name}{model}"

@@ -1,6 +1,7 @@
-"""Per-entry drill-down views: a record and its trajectory as the page's script shows them —
-turns of messages (reasoning, tool calls, tool results with their status), the record's facts,
-and for BFCL the checker's verdict and diff. Plain JSON; the page renders it as text only.
+"""What every eval's per-entry drill-down view is made of: a trajectory as the page's script
+shows it — turns of messages (reasoning, tool calls, tool results with their status) and its
+facts. Each eval's own view (its record's line, facts and extras: BFCL's checker diff, τ²'s
+user side) is in its package's ``report.py``. Plain JSON; the page renders it as text only.
 
 Tool schemas are left out (their names are kept), and a text longer than :data:`MAX_TEXT`
 keeps its head and tail around a marker saying how much was cut. The records have been
@@ -11,9 +12,11 @@ fields, a tool's schema) is read as whatever it turns out to be.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
-from eval.report.blocks import Entry, num
+from eval.report.blocks import Entries, Entry, Page, num
+from eval.run import Run
 
 MAX_TEXT = 20_000
 
@@ -33,7 +36,7 @@ def _content(value: Any) -> str:
     return clip(value)
 
 
-def _message(m: dict[str, Any], events: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def message_view(m: dict[str, Any], events: dict[str, dict[str, Any]]) -> dict[str, Any]:
     view: dict[str, Any] = {"role": str(m.get("role", "?"))}
     content = _content(m.get("content"))
     if content:
@@ -76,16 +79,16 @@ def turns(traj: dict[str, Any] | None) -> list[list[dict[str, Any]]]:
         )
         if starts or not out:
             out.append([])
-        out[-1].append(_message(m, events))
+        out[-1].append(message_view(m, events))
     return out
 
 
-def _tool_name(schema: Any) -> str:
+def tool_name(schema: Any) -> str:
     fn = schema.get("function", schema) if isinstance(schema, dict) else None
     return str(fn.get("name", "")) if isinstance(fn, dict) else "?"
 
 
-def _trajectory_facts(traj: dict[str, Any] | None) -> list[list[str]]:
+def trajectory_facts(traj: dict[str, Any] | None) -> list[list[str]]:
     if not traj:
         return [["trajectory", "none recorded"]]
     usage, timings = traj.get("usage") or {}, traj.get("timings") or {}
@@ -109,7 +112,7 @@ def _trajectory_facts(traj: dict[str, Any] | None) -> list[list[str]]:
             f"tools {num(timings.get('tools_s'))} s)",
         ],
     ]
-    names = [_tool_name(t) for t in traj.get("tools") or []]
+    names = [tool_name(t) for t in traj.get("tools") or []]
     if names:
         facts.append(["tools offered", ", ".join(names)])
     for change in traj.get("tool_changes") or []:
@@ -118,185 +121,15 @@ def _trajectory_facts(traj: dict[str, Any] | None) -> list[list[str]]:
     return facts
 
 
-def bfcl_status(r: dict[str, Any]) -> str:
-    return "error" if r.get("error_kind") else ("pass" if r.get("valid") else "fail")
+View = Callable[[dict[str, Any]], tuple[Entry, dict[str, Any]]]
 
 
-def bfcl_view(r: dict[str, Any]) -> tuple[Entry, dict[str, Any]]:
-    """A BFCL record's line and drill-down: turns beside the calls the checker decoded from
-    them, the verdict, and the checker's details (the state diff, the missing results)."""
-    status = bfcl_status(r)
-    error_type = r.get("error_type") or ""
-    turn = r.get("failed_turn")
-    label = error_type.removeprefix("multi_turn:") + (f" (turn {turn})" if turn is not None else "")
-    view = {
-        "id": r["id"],
-        "status": status,
-        "facts": [
-            ["category", str(r.get("category", ""))],
-            ["verdict", status],
-            *([["error type", error_type]] if error_type else []),
-            *([["failed turn", str(turn)]] if turn is not None else []),
-            *_trajectory_facts(r.get("trajectory")),
-        ],
-        "error": clip(r.get("error") or ""),
-        "turns": turns(r.get("trajectory")),
-        "decoded": r.get("decoded") or [],
-        "failed_turn": turn,
-        "checker": {"error_type": error_type, "details": r.get("details") or {}},
-    }
-    return Entry(str(r["id"]), status, label or "passed"), view
-
-
-def arena_status(r: dict[str, Any]) -> str:
-    if r.get("error_kind"):
-        return "error"
-    if r.get("fully_solved"):
-        return "pass"
-    return "part" if (r.get("reward") or 0) > 0 else "fail"
-
-
-def arena_view(r: dict[str, Any]) -> tuple[Entry, dict[str, Any]]:
-    """An arena record's line and drill-down: the reward's parts and the trajectory."""
-    status = arena_status(r)
-    solved = r.get("solved") or []
-    view = {
-        "id": r["id"],
-        "status": status,
-        "facts": [
-            ["domain", str(r.get("domain", ""))],
-            ["reward", num(r.get("reward"), 3)],
-            ["recall", num(r.get("recall"), 3)],
-            ["precision", num(r.get("precision"), 3)],
-            [
-                "solved",
-                f"{', '.join(map(str, solved)) or 'none'} "
-                f"({len(solved)} of {r.get('required', '?')})",
-            ],
-            ["errors", ", ".join(f"{k}={v}" for k, v in (r.get("errors") or {}).items()) or "none"],
-            *_trajectory_facts(r.get("trajectory")),
-        ],
-        "error": clip(r.get("error") or ""),
-        "turns": turns(r.get("trajectory")),
-    }
-    label = f"reward {num(r.get('reward'), 3)}"
-    if r.get("error_kind"):
-        label += f" · {r['error_kind']} error"
-    return Entry(str(r["id"]), status, label), view
-
-
-_GENERAL_FIELDS = {
-    "id",
-    "task",
-    "index",
-    "prompt",
-    "response",
-    "reasoning",
-    "finish_reason",
-    "answer",
-    "extracted",
-    "target",
-    "filters",
-    "responses",
-    "error",
-    "error_kind",
-    "endpoint_failure",
-}
-
-
-def general_view(r: dict[str, Any]) -> tuple[Entry, dict[str, Any]]:
-    """A general-benchmark sample: its prompt and reply, what was extracted against the
-    target, its metric values (pass: the first metric is above 0)."""
-    metrics = {
-        k: v
-        for k, v in r.items()
-        if k not in _GENERAL_FIELDS and isinstance(v, int | float) and not isinstance(v, bool)
-    }
-    first = next(iter(metrics.values()), None)
-    status = "error" if r.get("error_kind") else ("pass" if first and first > 0 else "fail")
-    reply: dict[str, Any] = {"role": "assistant", "content": clip(r.get("response") or "")}
-    if r.get("reasoning"):
-        reply["reasoning"] = clip(r["reasoning"])
-    view = {
-        "id": r["id"],
-        "status": status,
-        "facts": [
-            ["task", str(r.get("task", ""))],
-            ["extracted", clip(r.get("extracted", ""))],
-            ["target", clip(r.get("target", ""))],
-            *([k, num(v, 4)] for k, v in metrics.items()),
-            ["finish reason", str(r.get("finish_reason") or "")],
-        ],
-        "error": clip(r.get("error") or ""),
-        "turns": [[{"role": "user", "content": clip(r.get("prompt", ""))}, reply]],
-    }
-    label = (
-        f"extracted {str(r.get('extracted', ''))[:40]!r} · target {str(r.get('target', ''))[:40]!r}"
-    )
-    return Entry(str(r["id"]), status, label), view
-
-
-def tau2_status(r: dict[str, Any]) -> str:
-    if r.get("error_kind") or r.get("reward") is None:
-        return "error"
-    return "pass" if r.get("reward") == 1.0 else "fail"
-
-
-def _tokens(usage: Any, side: str) -> str:
-    u = usage.get(side) if isinstance(usage, dict) else None
-    u = u if isinstance(u, dict) else {}
-    return (
-        f"{num(u.get('prompt_tokens'))} prompt + {num(u.get('completion_tokens'))} completion "
-        f"({num(u.get('calls'))} calls)"
-    )
-
-
-def _simulator(m: Any) -> dict[str, Any] | None:
-    """A message of the user simulator's side: its own replies are ``simulator``'s."""
-    if not isinstance(m, dict):
-        return None
-    view = _message(m, {})
-    if view["role"] == "assistant":
-        view["role"] = "simulator"
-    return view
-
-
-def tau2_view(r: dict[str, Any]) -> tuple[Entry, dict[str, Any]]:
-    """A τ² conversation's line and drill-down: the agent's side as turns (the simulator's
-    words as user messages, the agent's reasoning, tool calls and results), the simulator's
-    own side (its prompt with the scenario, its replies, its tool calls on the phone), and the
-    scorer's explanation."""
-    status = tau2_status(r)
-    traj = r.get("trajectory") or {}
-    tools = [_tool_name(t) for t in traj.get("tools") or []]
-    reward = r.get("reward")
-    view = {
-        "id": r["id"],
-        "status": status,
-        "facts": [
-            ["domain", str(r.get("domain", ""))],
-            ["task", str(r.get("task_id", ""))],
-            ["trial", num(r.get("trial"))],
-            ["reward", num(reward, 1) if reward is not None else "none (not scored: an error)"],
-            ["termination", str(r.get("termination", ""))],
-            ["user simulator turns", num(r.get("turns"))],
-            [
-                "tool calls",
-                f"agent {num(r.get('tool_calls'))}, user {num(r.get('user_tool_calls'))}",
-            ],
-            ["agent tokens", _tokens(r.get("usage"), "agent")],
-            ["user simulator tokens", _tokens(r.get("usage"), "user")],
-            ["agent tools offered", ", ".join(tools) or "none"],
-        ],
-        "error": clip(r.get("error") or ""),
-        "explanation": clip(r.get("explanation") or ""),
-        "turns": turns(traj),
-        "user_side": [v for m in r.get("user_side") or [] if (v := _simulator(m))],
-    }
-    if status == "error":
-        label = f"{r.get('error_kind') or 'run'} error: {str(r.get('error') or '')[:80]}"
-    else:
-        first = (str(r.get("explanation") or "").strip().splitlines() or [""])[0]
-        label = f"reward {num(reward, 1)} · {r.get('termination', '')}"
-        label += f" · {first[:100]}" if status == "fail" and first else ""
-    return Entry(str(r["id"]), status, label), view
+def entry_list(page: Page, run: Run, view: View) -> Entries:
+    """``run``'s records as an entry list: a line each, and its drill-down view (``view``)
+    among the page's data."""
+    items, views = [], []
+    for r in run.records:
+        item, v = view(r)
+        items.append(item)
+        views.append(v)
+    return Entries(run.name, page.entries(views), items)

@@ -1,4 +1,4 @@
-"""τ²-bench as its runs' readers see it (:class:`eval.evalkind.EvalKind`): records and summary,
+"""τ²-bench as its runs' readers see it (:class:`eval.run.EvalKind`): records and summary,
 the pairing of two runs (conversations and tasks, refused across data versions or user
 simulators: :mod:`eval.tau2.runs`), the report section and the CLI table."""
 
@@ -11,11 +11,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from astra_agent.console import console
-from eval.evalkind import EvalKind, Guess
-from eval.report.tau2 import task_blocks, tau2_section
+from eval.run import EvalKind, Guess
 from eval.stats import Comparison, Pairing
-from eval.summaries import Tau2Summary
-from eval.tau2.runner import NAME, PUBLISHED, Tau2Record, summarize
+from eval.tau2.records import Tau2Record, Tau2Summary
+from eval.tau2.report import task_blocks, tau2_section
+from eval.tau2.runner import NAME, PUBLISHED, summarize
 from eval.tau2.runs import (
     changed_tasks_table,
     check_comparable,
@@ -43,7 +43,12 @@ def _tables(c: Comparison, show: int) -> list[Table]:
     return tables
 
 
-def _score(records: list[Any]) -> str:
+def _score(record: dict[str, Any]) -> float | None:
+    reward = record.get("reward")
+    return None if record.get("error_kind") or reward is None else float(reward)
+
+
+def _progress(records: list[Any]) -> str:
     s = summarize(records, trials=1)
     return "  ".join(f"{d} {row.mean_reward:.2f}" for d, row in s.domains.items() if row.scored)
 
@@ -102,6 +107,7 @@ TAU2 = EvalKind(
     section=tau2_section,
     compare_blocks=task_blocks,
     show=_show,
+    progress=_progress,
     score=_score,
     guess=Guess(
         summary=lambda s: "overall_pass_1" in s or "user_simulator" in s,

@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.trajectory import Trajectory
 from eval.results import EvalRecord
+from eval.summaries import EvalSummary
 
 Domain = Literal["retail", "telecom", "airline"]
 
@@ -32,6 +33,28 @@ class Tau2Record(EvalRecord):
     usage: dict[str, dict[str, int]] = Field(default_factory=dict)
     trajectory: Trajectory | None = None  # the agent's side: policy, user turns, calls, results
     user_side: list[dict[str, Any]] = Field(default_factory=list)  # the simulator's messages
+
+
+class Tau2Domain(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    tasks: int | None = None
+    conversations: int | None = None
+    scored: int | None = None
+    errors: int | None = None
+    mean_reward: float | None = None
+    pass_hat_k: dict[str, float] = Field(default_factory=dict)  # "1".."trials"
+    tasks_with_all_trials: int | None = None
+
+
+class Tau2Summary(EvalSummary):
+    conversations: int | None = None
+    errors: int | None = None
+    trials: int | None = None
+    overall_pass_1: float | None = None
+    domains: dict[str, Tau2Domain] = Field(default_factory=dict)
+    data: dict[str, str] = Field(default_factory=dict)  # τ²'s data version (eval.tau2)
+    user_simulator: dict[str, Any] = Field(default_factory=dict)  # its model and sampling
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,7 @@ from astra_agent.errors import ConfigError
 from astra_agent.model import ModelConfig
 from eval.results import ensure_writable_dir
 from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
-from eval.summaries import Tau2Domain, Tau2Summary
-from eval.tau2.records import Domain, Item, Tau2Record
+from eval.tau2.records import Domain, Item, Tau2Domain, Tau2Record, Tau2Summary
 
 if TYPE_CHECKING:
     from inspect_ai import Task

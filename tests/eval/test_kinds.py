@@ -1,6 +1,7 @@
 """The eval kinds as plugins (eval/kinds.py, eval/*/kind.py): a lookup of an unknown kind is a
 clear error, runs record their kind and old run directories without it still read, every eval
-package's kind is registered, and eval/ has no import circle."""
+package's kind is registered, the product packages have no import circle, and the modules
+every eval shares import none of them."""
 
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ from astra_agent.arena import load_arena_file
 from astra_agent.errors import ConfigError
 from astra_agent.testing.scripted_server import ScriptedServer
 from eval.arenas import DATA_DIR, ArenaEvalConfig, evaluate_arenas, replay_script
-from eval.evalkind import EvalKind
-from eval.kinds import KINDS, NAMES, REGISTRY, get_kind
+from eval.kinds import KINDS, get_kind, names, registry
 from eval.results import CONFIG, RESULTS, SUMMARY, RunMeta, write_json_atomic
+from eval.run import EvalKind
 from eval.rundir import detect_kind, load_run
 from tests.eval.test_rundir import arena_run, bfcl_run
 
-EVAL = Path(__file__).resolve().parents[2] / "eval"
+ROOT = Path(__file__).resolve().parents[2]
+EVAL = ROOT / "eval"
+PRODUCT = ("astra_agent", "serving", "eval", "training")
 
 
 def test_an_unknown_kind_is_a_config_error_naming_the_known_ones() -> None:
@@ -101,16 +104,16 @@ def _kinds_in(module: Any) -> list[EvalKind]:
 
 def test_every_eval_package_kind_is_registered_once_under_its_runner_name() -> None:
     packages = sorted(p.parent.name for p in EVAL.glob("*/kind.py"))
-    assert packages == sorted(NAMES)
+    assert packages == sorted(names())
     for name in packages:
         (kind,) = _kinds_in(importlib.import_module(f"eval.{name}.kind"))
-        assert kind in REGISTRY and kind.name == name
+        assert kind in registry() and kind.name == name
         assert name == importlib.import_module(f"eval.{name}.runner").NAME
-    assert len(set(NAMES)) == len(REGISTRY)
+    assert len(set(names())) == len(registry())
 
 
 def _imports(path: Path, modules: set[str]) -> set[str]:
-    """The eval modules ``path`` imports, anywhere in it (functions and TYPE_CHECKING too);
+    """The product modules ``path`` imports, anywhere in it (functions and TYPE_CHECKING too);
     ``from package import submodule`` counts as the submodule only."""
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -124,13 +127,20 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(EVAL.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def test_eval_has_no_import_circle() -> None:
-    paths = {_module_name(p): p for p in EVAL.rglob("*.py")}
-    graph = {m: _imports(p, set(paths)) - {m} for m, p in paths.items()}
+def _graph() -> dict[str, set[str]]:
+    paths = {_module_name(p): p for pkg in PRODUCT for p in (ROOT / pkg).rglob("*.py")}
+    return {m: _imports(p, set(paths)) - {m} for m, p in paths.items()}
+
+
+def test_the_product_packages_have_no_import_circle() -> None:
+    """astra_agent, serving, eval and training, module by module, counting the imports inside
+    functions and under TYPE_CHECKING (an import a package's ``__init__`` implies is not
+    counted: Python runs it first, whoever imports)."""
+    graph = _graph()
     done: set[str] = set()
 
     def visit(m: str, path: list[str]) -> None:
@@ -144,3 +154,21 @@ def test_eval_has_no_import_circle() -> None:
 
     for m in sorted(graph):
         visit(m, [])
+
+
+def test_the_shared_eval_modules_import_no_eval_package() -> None:
+    """What every eval shares (the runner, records, summaries, statistics, the run as read, the
+    report's toolkit) knows no eval: each eval package, and the registry above them, import it,
+    never the other way."""
+    graph = _graph()
+    evals = tuple(f"eval.{name}" for name in names())
+    shared = [
+        m
+        for m in graph
+        if m in ("eval.run", "eval.runner", "eval.results", "eval.summaries", "eval.stats")
+        or m.startswith("eval.report")
+    ]
+    assert "eval.report.blocks" in shared and "eval.summaries" in shared
+    for m in shared:
+        bad = sorted(n for n in graph[m] if n == "eval.kinds" or n.startswith(evals))
+        assert not bad, f"{m} imports {', '.join(bad)}"

@@ -33,7 +33,7 @@ from eval.bfcl import CATEGORIES, load_category
 from eval.bfcl.replay import replay_script as bfcl_replay
 from eval.cli import app
 from eval.general.tasks import TASKS_DIR
-from eval.report import build_report, render_report
+from eval.page import build_report, render_report
 from eval.results import RESULTS, SUMMARY, write_json_atomic
 from eval.rundir import load_run
 from tests.conftest import run_module
@@ -569,7 +569,7 @@ def test_report_of_real_runs_in_chromium(
 
 
 def _records(run: Path, status: str) -> Iterator[dict[str, Any]]:
-    from eval.report.entries import arena_status
+    from eval.arenas.report import arena_status
 
     for line in (run / RESULTS).read_text().splitlines():
         rec = json.loads(line)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eval.report import render_report
+from eval.page import render_report
 from eval.results import SUMMARY
 from eval.rundir import load_run
 from tests.eval.test_report import figures

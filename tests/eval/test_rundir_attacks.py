@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from astra_agent.errors import ConfigError
-from eval.report import render_report
+from eval.page import render_report
 from eval.results import CONFIG, RESULTS, SUMMARY, write_json_atomic
 from eval.rundir import detect_kind, load_run
 from eval.runfiles import JSONL_LIMIT, UnreadableFile, read_bounded

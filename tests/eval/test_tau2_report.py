@@ -18,7 +18,7 @@ from astra_agent.errors import ConfigError
 from astra_agent.testing.scripted_server import Reply, Script, ScriptedServer
 from astra_agent.trajectory import append_jsonl
 from eval.compare import compare_runs
-from eval.report import render_report
+from eval.page import render_report
 from eval.results import CONFIG, RESULTS, SUMMARY, RunMeta, write_json_atomic
 from eval.rundir import detect_kind, load_run
 from eval.tau2.replay import AGENT_MARK, replay_script

@@ -12,8 +12,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from astra_agent.runio import read_json_lines, write_json_atomic, write_text_atomic
+from astra_agent.runio import write_json_atomic, write_text_atomic
 from eval.compare import mean_ci
+from eval.report.scores import scores, solved
+from eval.rundir import load_run
 
 if TYPE_CHECKING:
     from training.table2.experiment import Experiment
@@ -29,24 +31,21 @@ SPLIT_TITLES = {
 
 
 def cell(run: Path) -> dict[str, Any] | None:
-    """One eval run's figures (None where it is not there): arenas: the rewards of the tasks
-    that ran (errors counted apart); BFCL: the verdicts (pass 1, fail 0)."""
+    """One eval run's figures (None where it is not there): the scores its kind gives the
+    entries that got one (an arena task's reward, a BFCL verdict as 1/0), the errors apart."""
     if not (run / "summary.json").is_file():
         return None
-    records = read_json_lines(run / "results.jsonl")
-    graded = [r for r in records if not r.get("error_kind")]
-    if "reward" in (graded[0] if graded else {}):
-        scores = [float(r["reward"]) for r in graded]
-        solved = sum(bool(r.get("fully_solved")) for r in graded)
-    else:
-        scores = [1.0 if r.get("valid") or r.get("passed") else 0.0 for r in graded]
-        solved = int(sum(scores))
-    m, half = mean_ci(scores) or (0.0, 0.0)
-    n = len(scores)
+    loaded = load_run(run)
+    got = scores(loaded)
+    m, half = mean_ci(got) or (0.0, 0.0)
+    n = len(got)
     return {
-        "n": n, "errors": len(records) - n, "mean": round(m, 4), "ci95": round(half, 4),
-        "solved": round(solved / n, 4) if n else 0.0,
-    }  # fmt: skip
+        "n": n,
+        "errors": len(loaded.records) - n,
+        "mean": round(m, 4),
+        "ci95": round(half, 4),
+        "solved": round(solved(loaded) / n, 4) if n else 0.0,
+    }
 
 
 def paired(x: Experiment, a: str, b: str, sets: list[str]) -> dict[str, Any]:

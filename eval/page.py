@@ -1,4 +1,7 @@
-"""``astra-eval report``: one self-contained HTML page over eval and training runs.
+"""``astra-eval report``: one self-contained HTML page over eval and training runs, built
+from each run's kind (its section: :attr:`eval.run.EvalKind.section`; the training runs'
+curves) with the toolkit of :mod:`eval.report`. It sits above the registry (:mod:`eval.kinds`),
+which sits above the eval packages, which sit above the toolkit.
 
 The page needs no network. plotly's JavaScript is embedded once, as gzip + base64 (1.9 MB
 instead of 4.8), which the page's script unpacks with the browser's ``DecompressionStream``
@@ -32,19 +35,17 @@ from markupsafe import Markup
 
 from astra_agent.errors import AstraError, ConfigError
 from astra_agent.runio import write_text_atomic
-from eval.compare import compare_runs
-from eval.evalkind import EvalKind
-from eval.kinds import KINDS as EVAL_KINDS
+from eval.compare import compare_loaded
+from eval.kinds import registry
 from eval.report import charts
 from eval.report.blocks import Block, Entries, Note, Page, Section
+from eval.report.comparison import comparison_blocks
 from eval.report.curves import rl_section, sft_section
-from eval.report.evals import comparison_blocks
-from eval.run import Run
-from eval.rundir import KINDS, RunKind
+from eval.run import EvalKind, Run
 
-TEMPLATES = Path(__file__).with_name("templates")
+TEMPLATES = Path(__file__).parent / "report" / "templates"
 # The training kinds' sections and titles (the eval kinds': eval.kinds).
-TRAINING: dict[RunKind, tuple[str, Callable[[list[Run], Page], Section]]] = {
+TRAINING: dict[str, tuple[str, Callable[[list[Run], Page], Section]]] = {
     "sft": ("SFT", sft_section),
     "rl": ("RL", rl_section),
 }
@@ -89,7 +90,7 @@ def render_report(runs: Sequence[Run], title: str | None = None) -> str:
     if not runs:
         raise ConfigError("no run to report on", hint="pass one or more run directories")
     page = Page()
-    sections = [s for kind in KINDS if (s := _section(kind, list(runs), page)) is not None]
+    sections = _sections(list(runs), page)
     names = [r.name for r in runs]
     title = title or "ASTRA report: " + ", ".join(names[:3]) + (" …" if len(names) > 3 else "")
     context = {
@@ -104,32 +105,37 @@ def render_report(runs: Sequence[Run], title: str | None = None) -> str:
     return str(_environment().get_template("report.html.jinja").render(**context))
 
 
-def _section(kind: RunKind, runs: list[Run], page: Page) -> Section | None:
-    group = [r for r in runs if r.kind == kind]
-    if not group:
-        return None
-    eval_kind = EVAL_KINDS.get(kind)
-    if eval_kind is None:
-        return TRAINING[kind][1](group, page)
-    section = eval_kind.section(group, page)
-    if eval_kind.pairing is not None and len(group) == 2:
-        section = replace(section, extra=_comparison(eval_kind, *group))
+def _sections(runs: list[Run], page: Page) -> list[Section]:
+    """A section per kind of run there is, eval kinds first (in the registry's order)."""
+    out = []
+    for kind in registry():
+        if group := [r for r in runs if r.eval_kind is kind]:
+            out.append(_eval_section(kind, group, page))
+    for name, (_, section) in TRAINING.items():
+        if group := [r for r in runs if r.eval_kind is None and r.kind == name]:
+            out.append(section(group, page))
+    return out
+
+
+def _eval_section(kind: EvalKind, runs: list[Run], page: Page) -> Section:
+    section = kind.section(runs, page)
+    if kind.pairing is not None and len(runs) == 2:
+        section = replace(section, extra=_comparison(kind, *runs))
     return section
 
 
 def _comparison(kind: EvalKind, a: Run, b: Run) -> list[Block]:
     """``eval.compare`` of two runs of one eval, or why there is none."""
     try:
-        data = compare_runs(a.path, b.path).to_dict()
+        data = compare_loaded(a, b).to_dict()
     except AstraError as exc:
         return [Note(f"no comparison of {a.name} and {b.name}: {exc.message}", "warn")]
     extra = kind.compare_blocks(data) if kind.compare_blocks is not None else []
     return [*comparison_blocks(a, b, data), *extra]
 
 
-def _title(kind: RunKind) -> str:
-    eval_kind = EVAL_KINDS.get(kind)
-    return eval_kind.title if eval_kind is not None else TRAINING[kind][0]
+def _title(run: Run) -> str:
+    return run.eval_kind.title if run.eval_kind is not None else TRAINING[run.kind][0]
 
 
 def _overview(run: Run, sections: list[Section]) -> dict[str, Any]:
@@ -137,7 +143,7 @@ def _overview(run: Run, sections: list[Section]) -> dict[str, Any]:
     anchor = next((s.anchor for s in sections if s.kind == run.kind), "")
     return {
         "name": run.name,
-        "kind": _title(run.kind),
+        "kind": _title(run),
         "anchor": anchor,
         "model": run.model,
         "path": str(run.path),

@@ -1,7 +1,8 @@
 """The τ²-bench section of a report: per domain pass^1..pass^k and errors beside the paper's
 published pass^1, every run's τ² data version and user simulator named (figures compare only
 where both agree), each run's conversations with their drill-down, and the per-task part of a
-comparison of two τ² runs."""
+comparison of two τ² runs; and the entry view of a conversation (the agent's turns, the
+user simulator's side, the scorer's explanation)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,17 @@ from eval.report.blocks import (
     Block,
     Cell,
     Charts,
+    Entry,
     Heading,
     Note,
     Page,
     Section,
     Table,
-    entry_list,
     num,
 )
-from eval.report.entries import tau2_view
+from eval.report.entries import clip, entry_list, message_view, tool_name, turns
 from eval.run import Run
+from eval.tau2.runner import PUBLISHED
 from eval.tau2.runs import (
     SAME,
     TASK_CHANGES,
@@ -54,8 +56,6 @@ def _k(row: dict[str, Any], k: str) -> float | None:
 def tau2_section(runs: list[Run], page: Page) -> Section:
     """What each run was run with, pass^1 per domain beside the paper's, pass^k and errors
     per domain, and each run's conversations."""
-    from eval.tau2.runner import PUBLISHED
-
     # the paper's domains always (its figures beside the runs'), and any other a run has
     names = sorted({"retail", "telecom", *(d for r in runs for d in _domains(r))}, key=_paper_first)
     blocks: list[Block] = [_settings(runs), *_setting_notes(runs)]
@@ -250,3 +250,69 @@ def task_blocks(data: dict[str, Any]) -> list[Block]:
             Table(["task", "change", "A passed", "B passed"], shown, f"Changed tasks{more}")
         )
     return blocks
+
+
+def tau2_status(r: dict[str, Any]) -> str:
+    if r.get("error_kind") or r.get("reward") is None:
+        return "error"
+    return "pass" if r.get("reward") == 1.0 else "fail"
+
+
+def _tokens(usage: Any, side: str) -> str:
+    u = usage.get(side) if isinstance(usage, dict) else None
+    u = u if isinstance(u, dict) else {}
+    return (
+        f"{num(u.get('prompt_tokens'))} prompt + {num(u.get('completion_tokens'))} completion "
+        f"({num(u.get('calls'))} calls)"
+    )
+
+
+def _simulator(m: Any) -> dict[str, Any] | None:
+    """A message of the user simulator's side: its own replies are ``simulator``'s."""
+    if not isinstance(m, dict):
+        return None
+    view = message_view(m, {})
+    if view["role"] == "assistant":
+        view["role"] = "simulator"
+    return view
+
+
+def tau2_view(r: dict[str, Any]) -> tuple[Entry, dict[str, Any]]:
+    """A τ² conversation's line and drill-down: the agent's side as turns (the simulator's
+    words as user messages, the agent's reasoning, tool calls and results), the simulator's
+    own side (its prompt with the scenario, its replies, its tool calls on the phone), and the
+    scorer's explanation."""
+    status = tau2_status(r)
+    traj = r.get("trajectory") or {}
+    tools = [tool_name(t) for t in traj.get("tools") or []]
+    reward = r.get("reward")
+    view = {
+        "id": r["id"],
+        "status": status,
+        "facts": [
+            ["domain", str(r.get("domain", ""))],
+            ["task", str(r.get("task_id", ""))],
+            ["trial", num(r.get("trial"))],
+            ["reward", num(reward, 1) if reward is not None else "none (not scored: an error)"],
+            ["termination", str(r.get("termination", ""))],
+            ["user simulator turns", num(r.get("turns"))],
+            [
+                "tool calls",
+                f"agent {num(r.get('tool_calls'))}, user {num(r.get('user_tool_calls'))}",
+            ],
+            ["agent tokens", _tokens(r.get("usage"), "agent")],
+            ["user simulator tokens", _tokens(r.get("usage"), "user")],
+            ["agent tools offered", ", ".join(tools) or "none"],
+        ],
+        "error": clip(r.get("error") or ""),
+        "explanation": clip(r.get("explanation") or ""),
+        "turns": turns(traj),
+        "user_side": [v for m in r.get("user_side") or [] if (v := _simulator(m))],
+    }
+    if status == "error":
+        label = f"{r.get('error_kind') or 'run'} error: {str(r.get('error') or '')[:80]}"
+    else:
+        first = (str(r.get("explanation") or "").strip().splitlines() or [""])[0]
+        label = f"reward {num(reward, 1)} · {r.get('termination', '')}"
+        label += f" · {first[:100]}" if status == "fail" and first else ""
+    return Entry(str(r["id"]), status, label), view
