@@ -68,19 +68,3 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(130) from None
 
     return wrapper
-
-
-def placeholder_app(name: str, coming: str) -> typer.Typer:
-    """A CLI whose commands are still to come: says so, exits 0 on --help, 2 otherwise."""
-    app = typer.Typer(name=name, help=f"{name}: {coming}", no_args_is_help=True)
-
-    @app.command("status")
-    def status() -> None:
-        """Say what this command will do once it lands."""
-        console.print(f"{name} is not built yet. Coming: {coming}")
-
-    @app.callback()
-    def main() -> None:
-        pass
-
-    return app

@@ -69,12 +69,12 @@ def main() -> None:
     ap.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
     args = ap.parse_args()
     from serving.gguf import SMOLLM2, bundled_gguf, import_gguf
-    from serving.server import VLLMServer, load_serve_config
+    from serving.server import ModelServer, load_serve_config
 
     with tempfile.TemporaryDirectory() as tmp:
         model = import_gguf(bundled_gguf(SMOLLM2), Path(tmp) / "smollm2").dst
         cfg = load_serve_config("instruct-cpu", model=model, port=free_port(), engine=args.engine)
-        with VLLMServer(cfg) as srv:
+        with ModelServer(cfg) as srv:
             asyncio.run(tokens_per_s(srv.base_url, 16, 1, 2))  # warm-up
             one, many = [], []
             for _ in range(args.rounds):

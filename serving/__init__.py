@@ -1,12 +1,18 @@
-"""Serving ASTRA: tiny checkpoints, fp32 → bf16 conversion, the vLLM launcher, endpoint checks.
+"""Serving ASTRA: tiny checkpoints, fp32 → bf16 conversion, GGUF import, the model server
+(vLLM, or the harness's own on transformers), endpoint checks.
 
-Where to start: :mod:`serving.cli` (``astra-serve``: ``tiny``, ``convert``, ``up``, ``check``,
-``profiles``, ``demo``) calls one module per job — :mod:`serving.tiny` (a tiny Qwen3
-checkpoint built locally), :mod:`serving.convert` (verl's float32 → bf16, streamed through
-:mod:`serving.safetensors_io`; :mod:`serving.checkpoint` finds and validates checkpoints),
-:mod:`serving.server` (vLLM launched from its own virtualenv and supervised; the profiles in
-``serving/profiles/``), :mod:`serving.endpoint_check` (tool calls and reasoning come back as
-fields) and :mod:`serving.demo` (all of it end to end). It imports ``astra_agent`` only.
+Where to start: :mod:`serving.cli` (``astra-serve``: ``tiny``, ``convert``, ``import-gguf``,
+``up``, ``check``, ``profiles``, ``demo``) calls one module per job — :mod:`serving.tiny` (a
+tiny Qwen3 checkpoint built locally), :mod:`serving.convert` (verl's float32 → bf16, streamed
+through :mod:`serving.safetensors_io`; :mod:`serving.checkpoint` finds and validates
+checkpoints), :mod:`serving.gguf` (a GGUF file as a checkpoint directory),
+:mod:`serving.server` (the server of the chosen engine launched and supervised: vLLM from its
+own virtualenv, or :mod:`serving.hf_server` where vLLM is not installed; the profiles in
+``serving/profiles/``; :mod:`serving.cpu` says what dtype pays on this CPU),
+:mod:`serving.endpoint_check` (tool calls and reasoning come back as fields) and
+:mod:`serving.demo` (all of it end to end). :mod:`serving.hf_generator` samples token ids
+with a model in memory (the hf server's and the RL trainer's), under the contract of
+:mod:`serving.sampling`. It imports ``astra_agent`` only.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ _EXPORTS = {
     "convert_checkpoint": "serving.convert",
     "CheckReport": "serving.endpoint_check",
     "check_endpoint": "serving.endpoint_check",
+    "Sample": "serving.sampling",
+    "Sampling": "serving.sampling",
+    "ModelServer": "serving.server",
     "ServeConfig": "serving.server",
-    "VLLMServer": "serving.server",
     "load_serve_config": "serving.server",
     "Script": "serving.tiny",
     "TinySpec": "serving.tiny",
@@ -33,7 +41,8 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from serving.convert import ConvertResult, convert_checkpoint
     from serving.endpoint_check import CheckReport, check_endpoint
-    from serving.server import ServeConfig, VLLMServer, load_serve_config
+    from serving.sampling import Sample, Sampling
+    from serving.server import ModelServer, ServeConfig, load_serve_config
     from serving.tiny import Script, TinySpec, build_tiny_checkpoint
 
 
@@ -43,10 +52,12 @@ __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = [
     "CheckReport",
     "ConvertResult",
+    "ModelServer",
+    "Sample",
+    "Sampling",
     "Script",
     "ServeConfig",
     "TinySpec",
-    "VLLMServer",
     "build_tiny_checkpoint",
     "check_endpoint",
     "convert_checkpoint",

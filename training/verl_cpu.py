@@ -14,7 +14,7 @@ gives both). With the platform selected, importing it
   ``ResourcePoolManager`` counts GPUs only; :func:`rl_cpu_overrides` starts Ray with as many
   logical GPUs);
 * registers verl's ``FSDPEngineWithLMHead`` for device ``cpu`` too (verl picks the engine by the
-  platform's device name), and rollout ``astra_http`` (``training.rl.verl_rollout``: a vLLM-CPU
+  platform's device name), and rollout ``astra_http`` (``training.verl_rollout``: a vLLM-CPU
   server process per replica, weights reloaded after every update);
 * makes one small patch, one module attribute, where registration cannot help:
   ``torch.distributed.init_process_group`` reads the backend ``cpu:gloo,cpu:gloo`` (what verl
@@ -83,7 +83,7 @@ def rl_cpu_overrides(processes: int) -> list[str]:
       probabilities of the sampled tokens then differed from vLLM's float32 ones by up to 0.09,
       measured; in float32 they agree); no ``torch.compile`` (minutes of compiling for seconds of
       training);
-    * rollout ``astra_http`` (``training.rl.verl_rollout``): a vLLM-CPU server process per
+    * rollout ``astra_http`` (``training.verl_rollout``): a vLLM-CPU server process per
       replica, weights reloaded after every update;
     * one agent-loop worker, one reward worker, one TransferQueue storage unit, no dataloader
       processes (verl's defaults: 8 each, on a 2-core runner);
@@ -259,9 +259,9 @@ def register() -> None:
 
 
 def _register_rollout() -> None:
-    """Rollout ``astra_http`` (``training.rl.verl_rollout``): verl's rollout replica and
+    """Rollout ``astra_http`` (``training.verl_rollout``): verl's rollout replica and
     worker-side rollout over a vLLM-CPU server process, with weight reloads after each step."""
-    from training.rl.verl_rollout import register as register_rollout
+    from training.verl_rollout import register as register_rollout
 
     register_rollout()
 

@@ -14,13 +14,13 @@ from astra_agent.episode import run_episode
 from astra_agent.mcp_config import parse_mcp_config
 from astra_agent.mcp_env import MCPEnvironment
 from astra_agent.model import ChatModel, ModelConfig, prepare_messages
-from serving.server import VLLMServer
+from serving.server import ModelServer
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
 
 
-async def test_episode_with_a_real_mcp_server(vllm_server: VLLMServer) -> None:
+async def test_episode_with_a_real_mcp_server(vllm_server: ModelServer) -> None:
     model = ChatModel(ModelConfig(base_url=vllm_server.base_url))
     cfg = parse_mcp_config({"mcpServers": {"time": {"command": "mcp-server-time"}}})
     async with MCPEnvironment(cfg) as env:
@@ -36,7 +36,7 @@ async def test_episode_with_a_real_mcp_server(vllm_server: VLLMServer) -> None:
     assert traj.usage.prompt_tokens > 0 and traj.usage.completion_tokens > 0
 
 
-def test_reasoning_sent_back_reaches_the_servers_template(vllm_server: VLLMServer) -> None:
+def test_reasoning_sent_back_reaches_the_servers_template(vllm_server: ModelServer) -> None:
     """vLLM renders what we send: the current loop's reasoning yes, earlier turns' no."""
     call = {"id": "c1", "type": "function",
             "function": {"name": "f", "arguments": '{"a": 1}'}}  # fmt: skip

@@ -14,7 +14,7 @@ from astra_agent.arena import load_arena_file
 from astra_agent.errors import ConfigError
 from astra_agent.testing.scripted_server import ScriptedServer
 from eval.arenas import DATA_DIR, ArenaEvalConfig, evaluate_arenas, replay_script
-from serving.server import VLLMServer
+from serving.server import ModelServer
 from tests.conftest import kill_after_records, run_module
 
 pytestmark = pytest.mark.integration
@@ -158,7 +158,7 @@ def test_bad_input_fails_before_running(tmp_path: Path) -> None:
     assert out.returncode == 2 and "not found" in out.stderr
 
 
-def test_one_task_through_real_vllm(vllm_server: VLLMServer, tmp_path: Path) -> None:
+def test_one_task_through_real_vllm(vllm_server: ModelServer, tmp_path: Path) -> None:
     """The tiny model calls a tool that is not in the arena: the pipeline is real, the score 0."""
     out = cli(
         "arenas",

@@ -16,7 +16,7 @@ import pytest
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from eval.bfcl import CATEGORIES, load_category
 from eval.bfcl.replay import replay_script
-from serving.server import VLLMServer
+from serving.server import ModelServer
 from tests.conftest import kill_after_records, run_module
 
 pytestmark = pytest.mark.integration
@@ -261,7 +261,7 @@ def test_garbage_and_errors_are_recorded_not_silent(tmp_path: Path) -> None:
     )
 
 
-def test_one_entry_through_real_vllm(vllm_server: VLLMServer, tmp_path: Path) -> None:
+def test_one_entry_through_real_vllm(vllm_server: ModelServer, tmp_path: Path) -> None:
     out = cli(
         "--ids",
         "multi_turn_base_0",

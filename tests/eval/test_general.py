@@ -15,7 +15,7 @@ from typer.testing import CliRunner, Result
 
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from eval.general import TASKS_DIR, answer_after_think
-from serving.server import VLLMServer
+from serving.server import ModelServer
 from tests.conftest import free_port, run_module
 
 pytest.importorskip("lm_eval")
@@ -470,7 +470,7 @@ def test_include_path_tasks_and_a_non_generation_task(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_through_real_vllm(vllm_server: VLLMServer, tmp_path: Path) -> None:
+def test_through_real_vllm(vllm_server: ModelServer, tmp_path: Path) -> None:
     """The tiny model's answers are canned: the pipeline is real, the score is what it is."""
     out = tmp_path / "run"
     res = general("--base-url", vllm_server.base_url, "--out", str(out), "--limit", "5",

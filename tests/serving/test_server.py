@@ -15,8 +15,8 @@ from astra_agent.errors import CheckpointError, ConfigError, ServerError
 from astra_agent.procs import group_members
 from serving.server import (
     LogFollower,
+    ModelServer,
     ServeConfig,
-    VLLMServer,
     dtype_warning,
     load_serve_config,
     profile_names,
@@ -96,13 +96,13 @@ def test_env_overrides_profile(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_model_dir_not_a_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"no config\.json"):
-        VLLMServer(tiny_serve_config(tmp_path)).start()
+        ModelServer(tiny_serve_config(tmp_path)).start()
 
 
 def test_api_key_required_off_loopback(tiny_bf16: Path) -> None:
     with pytest.raises(ConfigError, match="api-key"):
-        VLLMServer(tiny_serve_config(tiny_bf16, host="0.0.0.0")).preflight()
-    VLLMServer(tiny_serve_config(tiny_bf16, host="0.0.0.0", api_key="k")).preflight()
+        ModelServer(tiny_serve_config(tiny_bf16, host="0.0.0.0")).preflight()
+    ModelServer(tiny_serve_config(tiny_bf16, host="0.0.0.0", api_key="k")).preflight()
 
 
 def test_port_in_use(tiny_bf16: Path) -> None:
@@ -112,19 +112,19 @@ def test_port_in_use(tiny_bf16: Path) -> None:
         port = s.getsockname()[1]
         cfg = load_serve_config("tiny-cpu", model=tiny_bf16, port=port)
         with pytest.raises(ConfigError, match="already in use"):
-            VLLMServer(cfg).start()
+            ModelServer(cfg).start()
 
 
 def test_missing_serving_env(tiny_bf16: Path) -> None:
     cfg = tiny_serve_config(tiny_bf16, python="/nonexistent/python")
     with pytest.raises(ConfigError, match="serving environment"):
-        VLLMServer(cfg).start()
+        ModelServer(cfg).start()
 
 
 @pytest.mark.integration
 def test_server_dying_during_startup_reports_log_tail(tiny_bf16: Path, tmp_path: Path) -> None:
     cfg = tiny_serve_config(tiny_bf16, extra_args=["--no-such-flag"], log_file=tmp_path / "v.log")
-    server = VLLMServer(cfg)
+    server = ModelServer(cfg)
     with pytest.raises(ServerError, match="exited with code") as err:
         server.start()
     assert "no-such-flag" in str(err.value)  # vLLM's own complaint, from its log
@@ -134,7 +134,7 @@ def test_server_dying_during_startup_reports_log_tail(tiny_bf16: Path, tmp_path:
 @pytest.mark.integration
 def test_startup_timeout_kills_the_whole_group(tiny_bf16: Path, tmp_path: Path) -> None:
     cfg = tiny_serve_config(tiny_bf16, startup_timeout_s=8, log_file=tmp_path / "v.log")
-    server = VLLMServer(cfg)
+    server = ModelServer(cfg)
     pgids: list[int] = []
     orig = server.wait_ready
 
@@ -199,7 +199,7 @@ def test_auto_serves_bf16_only_where_the_cpu_computes_it(
     cfg = tiny_serve_config(tiny_bf16, dtype=asked)
     dtype, note = served_dtype(cfg)
     assert dtype == served and (note == said if said is None else said in (note or ""))
-    server = VLLMServer(cfg)
+    server = ModelServer(cfg)
     cmd = server.preflight()
     assert cmd[cmd.index("--dtype") + 1] == served
     assert (said is None) == (not any("CPU" in w for w in server.warnings)), server.warnings
@@ -213,7 +213,7 @@ def test_shell_command_round_trips_through_the_shell(
     monkeypatch.setattr("serving.server.gpu_count", lambda: 0)
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     cfg = tiny_serve_config(tiny_bf16, python=sys.executable, served_model_name="a b'c")
-    server = VLLMServer(cfg)
+    server = ModelServer(cfg)
     words = shlex.split(server.shell_command())
     assert words == ["VLLM_CPU_KVCACHE_SPACE=1", *server.preflight()]
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "8")  # the user's own setting is kept
@@ -222,7 +222,7 @@ def test_shell_command_round_trips_through_the_shell(
 
 @pytest.mark.integration
 def test_stop_now_skips_the_grace_period(tmp_path: Path) -> None:
-    server = VLLMServer(tiny_serve_config(tmp_path))
+    server = ModelServer(tiny_serve_config(tmp_path))
     code = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)"
     server.proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     pgid = server.proc.pid

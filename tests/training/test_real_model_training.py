@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from serving.server import VLLMServer, load_serve_config
+from serving.server import ModelServer, load_serve_config
 from tests.conftest import free_port
 from tests.training.e2e import REPO, cli, parsed_by_vllm, write_recipe
 
@@ -199,7 +199,7 @@ def test_the_trained_model_is_served_again(rl_run: Path, tmp_path: Path) -> None
     model = rl_run / "final-bf16"
     cfg = load_serve_config("instruct-cpu", model=model, port=free_port(),
                             log_file=tmp_path / "vllm.log")  # fmt: skip
-    with VLLMServer(cfg) as srv:
+    with ModelServer(cfg) as srv:
         save = tmp_path / "runs.jsonl"
         cli("astra_agent", "run", "What is the capital of France?", "--base-url", srv.base_url,
             "-t", "0", "--set", "model.max_tokens=64", "--save", str(save))  # fmt: skip

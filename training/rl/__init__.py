@@ -21,9 +21,6 @@ _EXPORTS = {
     "Group": "training.rl.core",
     "group_advantages": "training.rl.core",
     "policy_loss": "training.rl.core",
-    "HFGenerator": "training.rl.generate",
-    "Sample": "training.rl.generate",
-    "Sampling": "training.rl.generate",
     "TokenGenerator": "training.rl.generate",
     "TokenPolicy": "training.rl.policy",
     "Episode": "training.rl.rollout",
@@ -41,7 +38,7 @@ if TYPE_CHECKING:
         group_advantages,
         policy_loss,
     )
-    from training.rl.generate import HFGenerator, Sample, Sampling, TokenGenerator
+    from training.rl.generate import TokenGenerator
     from training.rl.policy import TokenPolicy
     from training.rl.rollout import Episode, RolloutSettings, rollout_episode, rollout_group
 
@@ -54,11 +51,8 @@ __all__ = [
     "BatchFillingStalled",
     "Episode",
     "Group",
-    "HFGenerator",
     "RLConfig",
     "RolloutSettings",
-    "Sample",
-    "Sampling",
     "TokenGenerator",
     "TokenPolicy",
     "group_advantages",

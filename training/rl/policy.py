@@ -44,7 +44,8 @@ from astra_agent.model import DeltaHook, Model, ModelTurn
 from astra_agent.reply import END_OF_TURN as END
 from astra_agent.reply import parse_wire_reply, stop_token_ids
 from astra_agent.trajectory import TokenRecord
-from training.rl.generate import Sample, Sampling, TokenGenerator
+from serving.sampling import Sample, Sampling
+from training.rl.generate import TokenGenerator
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,9 @@ from astra_agent.arena import ArenaTask, Reward, trajectory_reward
 from astra_agent.environment import Environment
 from astra_agent.episode import EpisodeLimits, run_episode
 from astra_agent.trajectory import Trajectory
+from serving.sampling import Sampling
 from training.rl.config import RLConfig
-from training.rl.generate import Sampling, TokenGenerator
+from training.rl.generate import TokenGenerator
 from training.rl.policy import TokenPolicy
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ EnvFactory = Callable[[ArenaTask], AbstractAsyncContextManager[Environment]]
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    """Everything an episode's rollout needs besides the task, the engine and the env."""
+    """Everything an episode's rollout needs besides the task, the generator and the env."""
 
     limits: EpisodeLimits
     sampling: Sampling

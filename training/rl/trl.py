@@ -18,9 +18,10 @@ gradient is that of one token mean over the batch. A test checks that TRL's own 
 gives the same value on the same tensors.
 
 Rollouts run on a persistent event loop (``asyncio.Runner``) so that pooled sandboxes and the
-engine's connections live across steps. Engines: ``hf`` samples with the trained model itself
-(concurrent episodes batched; where vLLM is not installed, and tests); ``vllm`` samples from a
-vLLM server whose weights are reloaded after every optimizer step (``training.rl.vllm_engine``).
+inference side's connections live across steps (:mod:`training.rl.inference`; by
+``rollout.engine``: ``hf`` samples with the trained model itself, concurrent episodes batched,
+where vLLM is not installed and in tests; ``vllm`` samples from a vLLM server whose weights are
+reloaded after every optimizer step, ``training.rollout_server``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from training.metrics import Heldout, MetricsLog, RLStep, Rollouts, Update
 from training.rl.batch import BatchCollector, ProgressHook, StepBatch
 from training.rl.config import RLConfig
 from training.rl.core import policy_loss
-from training.rl.engine import RolloutEngine, make_engine
+from training.rl.inference import RolloutInference, make_inference
 from training.rl.rollout import settings_of
 from training.run import FinishedRun
 
@@ -128,7 +129,7 @@ def _trainer_class() -> type:
         gradient norm that is not finite stops it (``FiniteGuard``)."""
 
         rl: RLConfig
-        engine: RolloutEngine
+        inference: RolloutInference
         collector: BatchCollector
         runner: asyncio.Runner
         heldout: list[Any]
@@ -139,11 +140,13 @@ def _trainer_class() -> type:
             if not model.training:
                 raise ConfigError("evaluation goes through BatchCollector.evaluate, not TRL's")
             step = self.state.global_step + 1
-            self.runner.run(self.engine.sync(self.model, step - 1))
+            self.runner.run(self.inference.sync(self.model, step - 1))
             held = None
             if self.rl.eval_every and self.heldout and (step - 1) % self.rl.eval_every == 0:
-                held = self.runner.run(self.collector.evaluate(self.engine.generator, self.heldout))
-            batch = self.runner.run(self.collector.collect(self.engine.generator, step))
+                held = self.runner.run(
+                    self.collector.evaluate(self.inference.generator, self.heldout)
+                )
+            batch = self.runner.run(self.collector.collect(self.inference.generator, step))
             rollouts = batch.stats
             self.rolled = (
                 _Rolled(step, held, rollouts, time.monotonic()) if rollouts is not None else None
@@ -175,8 +178,8 @@ def _trainer_class() -> type:
             )  # fmt: skip
             self._metrics["train"]["clip_ratio/region_mean"].append(st.clip_fraction)
             # how far the sampler's log-probs are from the trainer's on the same tokens: ≈0
-            # when the rollout engine serves the current weights (a stale or drifting engine
-            # shows here first)
+            # when the inference side samples the current weights (stale or drifting weights
+            # show here first)
             gap = (
                 (logp.detach() - inputs["sampling_logps"]).abs() * mask
             ).sum() / mask.sum().clamp(min=1)
@@ -318,8 +321,8 @@ def _environment_factory(cfg: RLConfig, runner: asyncio.Runner) -> tuple[Any, An
 
 async def _cancel_pending() -> None:
     """Cancel the tasks still pending on the loop (the rollouts of a step that was stopped)
-    and collect their outcomes, before the engine and the sandboxes close under them: each
-    would otherwise fail on a closed pool and be logged as "Task exception was never
+    and collect their outcomes, before the inference side and the sandboxes close under them:
+    each would otherwise fail on a closed pool and be logged as "Task exception was never
     retrieved"."""
     me = asyncio.current_task()
     pending = [t for t in asyncio.all_tasks() if t is not me]
@@ -344,12 +347,12 @@ def build_trainer(
     tokenizer: Any,
     tasks: list[Any],
     collector: BatchCollector,
-    engine: RolloutEngine,
+    inference: RolloutInference,
     runner: asyncio.Runner,
     args: Any = None,
 ) -> Any:
-    """An :class:`ArenaGRPOTrainer` wired to our collector, engine and event loop; ``args``:
-    TRL's arguments (default: ``grpo_args`` of ``cfg``)."""
+    """An :class:`ArenaGRPOTrainer` wired to our collector, inference side and event loop;
+    ``args``: TRL's arguments (default: ``grpo_args`` of ``cfg``)."""
     import datasets
 
     # the dataset only paces TRL's steps (our collector draws the tasks): each generation batch
@@ -368,7 +371,7 @@ def build_trainer(
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # each step goes to metrics.jsonl and the progress
-    trainer.rl, trainer.engine, trainer.collector = cfg, engine, collector
+    trainer.rl, trainer.inference, trainer.collector = cfg, inference, collector
     trainer.runner, trainer.heldout = runner, []
     return trainer
 
@@ -394,14 +397,14 @@ def run_trl(cfg: RLConfig, progress: ProgressHook | None = None) -> RLResult:
     model = _load_model(cfg)  # its weights checked before anything is written
     run.begin()
     runner = asyncio.Runner()
-    engine: RolloutEngine | None = None
+    inference: RolloutInference | None = None
     pool = None
     try:
         factory, pool = _environment_factory(cfg, runner)
         collector = BatchCollector(cfg, tasks, tokenizer, factory, settings_of(cfg, tokenizer))
         _resume_state(ckpt, collector)
-        engine = make_engine(cfg, model, device)
-        trainer = build_trainer(cfg, model, tokenizer, tasks, collector, engine, runner, args)
+        inference = make_inference(cfg, model, device)
+        trainer = build_trainer(cfg, model, tokenizer, tasks, collector, inference, runner, args)
         trainer.heldout = heldout
         metrics = run.metrics(RLStep)
         trainer.add_callback(_metrics_callback(trainer, metrics, progress))
@@ -416,8 +419,8 @@ def run_trl(cfg: RLConfig, progress: ProgressHook | None = None) -> RLResult:
         return RLResult(cfg.output_dir, final, converted, trainer.state.global_step, ckpt, skipped)
     finally:
         runner.run(_cancel_pending())  # what a stop mid-rollout (Ctrl-C, SIGTERM) left
-        if engine is not None:
-            runner.run(engine.close())
+        if inference is not None:
+            runner.run(inference.close())
         if pool is not None:
             runner.run(pool.__aexit__(None, None, None))
         # the sandboxes' subprocess transports that are garbage now are finalised while the

@@ -45,8 +45,8 @@ from astra_agent.arena import ArenaTask, parse_record
 from astra_agent.episode import EpisodeLimits
 from astra_agent.errors import ServerError
 from astra_agent.sandbox import SandboxLimits
+from serving.sampling import FinishReason, Sample, Sampling
 from training.rl.config import RLConfig
-from training.rl.generate import FinishReason, Sample, Sampling
 from training.rl.policy import encode, render, stop_token_ids
 from training.rl.pool import SandboxPool
 from training.rl.rollout import Episode, RolloutSettings, rollout_episode, settings_of

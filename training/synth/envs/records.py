@@ -1,5 +1,7 @@
-"""The records of the environment stages (issue #10, B): a main question decomposed into a
-chain of sub-questions, each answered by one step, some of them in parallel.
+"""The records the environment stages read and write: a main question decomposed into a chain
+of sub-questions, each answered by one step, some of them in parallel; and the answer check
+made on them (:func:`contains_answer`: does a text contain an answer, up to case, spaces and
+punctuation).
 
 A :class:`Decomposition` is valid only when its sub-questions have unique ids and each
 ``depends_on`` names sub-questions listed *before* it (so there is no cycle: the list is a

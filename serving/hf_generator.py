@@ -1,6 +1,7 @@
 """Sampling with a local ``transformers`` model, for machines without vLLM.
 
-:class:`HFGenerator` continues token contexts with a causal LM already in memory: the RL
+:class:`HFGenerator` is a token generator (token ids and a :class:`~serving.sampling.Sampling`
+in, a :class:`~serving.sampling.Sample` out) over a causal LM already in memory: the RL
 trainer's own model (``rollout.engine: hf``) or the model ``astra-serve up --engine hf`` serves
 (:mod:`serving.hf_server`). Requests that arrive while the model is busy wait in a queue; the
 next pass takes all of them (up to ``max_batch``, each new one waited for up to ``window_s``)
@@ -15,40 +16,13 @@ device for a seed, and no device-side generator to keep in step.
 from __future__ import annotations
 
 import asyncio
-import logging
 import queue
 import threading
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
-log = logging.getLogger(__name__)
-
-FinishReason = Literal["stop", "length"]
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """Sampling of one model call. ``max_tokens`` bounds the reply; ``stop_token_ids`` end it
-    (the end-of-turn token, included in the reply: it is sampled and trained)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1  # -1: off
-    max_tokens: int = 1024
-    stop_token_ids: tuple[int, ...] = ()
-    seed: int | None = None
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One reply: the sampled ids (the stop token included when one ended it), each one's
-    log-probability under the sampler, and why it ended."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: FinishReason
-    extra: dict[str, Any] = field(default_factory=dict)
+from serving.sampling import FinishReason, Sample, Sampling
 
 
 @dataclass
@@ -215,6 +189,3 @@ def sample_token(logits: Any, sampling: Sampling, gen: Any) -> tuple[int, float]
     logp = torch.log_softmax(scaled, -1)
     token = int(torch.multinomial(logp.exp(), 1, generator=gen))
     return token, float(logp[token])
-
-
-__all__ = ["FinishReason", "HFGenerator", "Sample", "Sampling", "decode_batch", "sample_token"]

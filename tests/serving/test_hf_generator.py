@@ -1,4 +1,4 @@
-"""The batched transformers engine: concurrent requests share forward passes and each row
+"""The batched transformers generator: concurrent requests share forward passes and each row
 comes out as it would alone (left padding, per-row lengths, stops and seeds)."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from serving.hf_engine import HFGenerator, Sampling, decode_batch
+from serving.hf_generator import HFGenerator, decode_batch
+from serving.sampling import Sampling
 
 
 @pytest.fixture(scope="module")
