@@ -4,18 +4,19 @@ an id appears twice, as after ``--retry-errors``, the later record wins) and ``s
 
 What must match for ``--resume`` is the *fingerprint*: the served model id and the sampling,
 never the URL text, so a server moved to another port (or ``localhost`` for ``127.0.0.1``)
-resumes with a warning while a different model behind the same URL is refused.
+resumes with a warning while a different model behind the same URL is refused. ``config.json``
+is the directory's :class:`~astra_agent.claim.Claim`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from astra_agent.claim import Claim, Refusal
 from astra_agent.errors import ConfigError
 from astra_agent.model import ModelConfig
 from astra_agent.runio import (
@@ -23,8 +24,8 @@ from astra_agent.runio import (
     drop_torn_tail,
     numbered_lines,
     probe_writable,
-    write_json_atomic,
 )
+from astra_agent.runio import write_json_atomic as write_json_atomic  # config.json's layout
 from astra_agent.trajectory import FailureKind
 
 log = logging.getLogger(__name__)
@@ -125,25 +126,31 @@ def read_results(path: Path, record: type[R]) -> dict[str, R]:
     return done
 
 
-def _read_meta(path: Path) -> RunMeta:
+_OTHER_RUN = Refusal(
+    other="{dir} holds results of a different configuration ({differences} differ)",
+    hint="use another --out",
+    joiner=", ",
+    corrupt="{dir} holds results of an older astra-eval (or a corrupt {name}), which --resume "
+    "cannot check",
+)
+
+
+def _read_meta(claim: Claim) -> RunMeta:
+    data = claim.recorded()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError("older format")
         return RunMeta.model_validate(data)
-    except (ValueError, UnicodeDecodeError):  # JSONDecodeError, ValidationError included
-        raise ConfigError(
-            f"{path.parent} holds results of an older astra-eval (or a corrupt {path.name}), "
-            "which --resume cannot check",
-            hint="use another --out",
-        ) from None
+    except ValueError as exc:  # ValidationError included
+        raise claim.corrupt(exc) from None
 
 
 def prepare_results_dir(out: Path, meta: RunMeta, resume: bool, record: type[R]) -> dict[str, R]:
     """Check ``out`` against this run (refuse results of another configuration, or any results
     without ``resume``), record ``meta``, and return the records already there."""
     ensure_writable_dir(out)
-    results, config = out / RESULTS, out / CONFIG
+    results = out / RESULTS
+    claim = Claim(out, CONFIG, meta.fingerprint, _OTHER_RUN, "fingerprint", differing_keys)
     has_results = results.is_file() and results.stat().st_size > 0
     if has_results and not resume:
         raise ConfigError(
@@ -151,27 +158,19 @@ def prepare_results_dir(out: Path, meta: RunMeta, resume: bool, record: type[R])
             hint="pass --resume to continue them, or choose another --out",
         )
     if has_results:
-        if not config.is_file():
+        if not claim.path.is_file():
             raise ConfigError(
                 f"{out} holds results without {CONFIG}: cannot tell what they were run with",
                 hint="use another --out",
             )
-        _check_same_run(out, _read_meta(config), meta)
-    write_json_atomic(config, meta.written())
+        old = _read_meta(claim)
+        claim.refuse_other(old.written())
+        if old.base_url != meta.base_url:
+            log.warning(
+                "%s was run against %s; resuming against %s (same model and sampling)",
+                out,
+                old.base_url,
+                meta.base_url,
+            )
+    claim.write(meta.written())
     return read_results(results, record)
-
-
-def _check_same_run(out: Path, old: RunMeta, new: RunMeta) -> None:
-    if old.fingerprint != new.fingerprint:
-        diff = differing_keys(old.fingerprint, new.fingerprint)
-        raise ConfigError(
-            f"{out} holds results of a different configuration ({', '.join(diff)} differ)",
-            hint="use another --out",
-        )
-    if old.base_url != new.base_url:
-        log.warning(
-            "%s was run against %s; resuming against %s (same model and sampling)",
-            out,
-            old.base_url,
-            new.base_url,
-        )

@@ -48,7 +48,10 @@ app.add_typer(table2_app, name="table2")  # base → SFT → RL measured on unse
 
 if TYPE_CHECKING:
     from training.metrics import RLStep
+    from training.rl.trl import RLResult
     from training.run import FinishedRun
+    from training.sft.trl import SFTResult
+    from training.verl_job import VerlJob
 
 ENV_PREFIX = "ASTRA_TRAIN_"
 _STOPPED_BY: list[int] = []  # the signals that stopped the running command (SIGINT, SIGTERM)
@@ -120,7 +123,7 @@ def _say_finished(done: FinishedRun, output_dir: Path) -> None:
         console.print(f"converted for serving: {done.converted}")
 
 
-def _say_verl(job: Any) -> None:
+def _say_verl(job: VerlJob) -> None:
     """What ``astra-train sft|rl`` with ``backend: verl`` wrote, and what it ran."""
     console.print(f"verl config: {job.config_file} (overrides: {job.overrides_file})")
     if not job.ran:
@@ -129,7 +132,7 @@ def _say_verl(job: Any) -> None:
         console.print(f"converted for serving: {job.final}")
 
 
-def _say_trained(result: Any, output_dir: Path) -> None:
+def _say_trained(result: SFTResult | RLResult, output_dir: Path) -> None:
     """The end of a TRL run of ``sft`` or ``rl``: where the model and metrics are."""
     if result.rerun:
         _say_finished(result.rerun, output_dir)

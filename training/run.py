@@ -5,10 +5,12 @@ conversion. A backend opens one :class:`TrainingRun` (reading only), loads what 
 :meth:`~TrainingRun.begin` writes the run directory.
 
 The output directory of a run holds the run file (``astra-sft.json`` / ``astra-rl.json``: the
-config's fingerprint, what must match to resume; the config class names it, ``RUN_FILE``),
-``checkpoint-N/`` (complete once ``trainer_state.json`` is in it: the trainer writes it last),
-``metrics.jsonl`` (one line per logging step, each appended whole: :mod:`training.metrics`) and
-``final/``.
+config's fingerprint, what must match to resume, the directory's :class:`~astra_agent.claim.Claim`;
+the config class names it, ``RUN_FILE``), ``checkpoint-N/`` (complete once ``trainer_state.json``
+is in it: the trainer writes it last), ``metrics.jsonl`` (one line per logging step, each
+appended whole: :mod:`training.metrics`) and ``final/``; a verl run has verl's ``checkpoints/``
+and ``verl-metrics/`` instead of the checkpoints and metrics, and its job in ``verl/``
+(:mod:`training.verl_job`).
 
 The fingerprint does not hold where the run directory is (a moved or copied one resumes), and
 its input files (model, data) are matched by content, not by path: each is recorded with the
@@ -27,22 +29,21 @@ import re
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from astra_agent.claim import Claim, Refusal, sorted_lines
 from astra_agent.errors import CheckpointError, ConfigError
-from astra_agent.runio import (
-    building_dir,
-    config_differences,
-    file_sha256,
-    write_text_atomic,
-)
+from astra_agent.runio import building_dir, config_differences, file_sha256
 from training.metrics import METRICS_FILE, MetricsLog, StepRecord
 
 FINAL_DIR = "final"
 CONVERTED_DIR = "final-bf16"
+VERL_CHECKPOINTS = "checkpoints"  # verl's trainer.default_local_dir
+VERL_METRICS = "verl-metrics"  # a JSONL file of verl's file logger per launch
 log = logging.getLogger(__name__)
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 S = TypeVar("S", bound=StepRecord)
@@ -59,12 +60,18 @@ class ConvertOptions(BaseModel):
 
 
 class TrainingConfig(BaseModel):
-    """What ``astra-train sft`` and ``rl`` configs share for their run directory: the fields
-    that name input files (``INPUTS``: a run is resumed by their content, not their paths), the
-    run file and the command that writes it, and the fingerprint, what must match to resume:
-    every field but ``UNSHAPING``'s (dotted paths: where the run directory is, how often it
-    saves, how fast it runs: what does not shape the trained model), so that a moved or copied
-    run directory, or one resumed with more threads, resumes."""
+    """What ``astra-train sft`` and ``rl`` configs share for their run directory: the model to
+    start from, the run directory, whether to resume and the conversion after training; the
+    fields that name input files (``INPUTS``: a run is resumed by their content, not their
+    paths), the run file and the command that writes it, and the fingerprint, what must match
+    to resume: every field but ``UNSHAPING``'s (dotted paths: where the run directory is, how
+    often it saves, how fast it runs: what does not shape the trained model), so that a moved
+    or copied run directory, or one resumed with more threads, resumes."""
+
+    model: Path = Field(description="HF checkpoint to start from")
+    output_dir: Path = Field(description="run directory")
+    resume: bool = Field(True, description="continue from the newest complete checkpoint")
+    convert: ConvertOptions = Field(default_factory=ConvertOptions)
 
     INPUTS: ClassVar[tuple[str, ...]] = ()
     RUN_FILE: ClassVar[str] = ""
@@ -142,7 +149,7 @@ def _known(old: Any, new: Any) -> Any:
     return old
 
 
-def _inputs(cfg: Any, digests: InputDigests) -> dict[str, Any]:
+def _inputs(cfg: TrainingConfig, digests: InputDigests) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in cfg.INPUTS:
         value = getattr(cfg, name)
@@ -157,37 +164,47 @@ def _without(fingerprint: Mapping[str, Any], names: tuple[str, ...]) -> dict[str
     return {k: v for k, v in fingerprint.items() if k not in names}
 
 
-def write_run_file(cfg: Any, run_file: Path) -> None:
+_OTHER_CONFIG = Refusal(
+    "{dir} holds a run of a different config: {differences}",
+    hint="use the same config to resume, or pick a new --output-dir",
+    corrupt_hint="pick a new --output-dir",
+)
+
+
+def run_claim(cfg: TrainingConfig, run_name: str | None = None) -> Claim:
+    """``output_dir`` claimed by the config's fingerprint in its run file (``run_name``,
+    default: the config's ``RUN_FILE``), compared by :func:`_differences`."""
+    return Claim(
+        Path(cfg.output_dir),
+        run_name or cfg.RUN_FILE,
+        cfg.fingerprint(),
+        _OTHER_CONFIG,
+        compare=partial(_differences, cfg),
+        dumps=sorted_lines,
+    )
+
+
+def write_run_file(cfg: TrainingConfig, run_name: str | None = None) -> None:
     """The run file: the config's fingerprint (input paths included, for the record), the
     inputs' content digests (what is matched), and the memo of the files digested."""
-    digests = InputDigests()
-    fingerprint, inputs = cfg.fingerprint(), _inputs(cfg, digests)
+    claim, digests = run_claim(cfg, run_name), InputDigests()
+    fingerprint, inputs = claim.fingerprint, _inputs(cfg, digests)
     matched = json.dumps(
         {"fingerprint": _without(fingerprint, cfg.INPUTS), "inputs": inputs},
         sort_keys=True,
     )
-    payload = {
-        "fingerprint": fingerprint,
-        "inputs": inputs,
-        "digest": hashlib.sha256(matched.encode()).hexdigest()[:16],
-        "memo": digests.seen,
-    }
-    write_text_atomic(run_file, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    digest = hashlib.sha256(matched.encode()).hexdigest()[:16]
+    claim.write(
+        {"fingerprint": fingerprint, "inputs": inputs, "digest": digest, "memo": digests.seen}
+    )
 
 
-def run_differences(run_file: Path, cfg: Any) -> list[str]:
-    """How ``cfg`` differs from the config of the run in ``run_file`` (empty: the same run):
-    its fields (not where the run directory is), and its inputs by content. A run file written
-    before inputs were matched by content is matched by their paths. ConfigError if it is
-    corrupt."""
-    try:
-        old = json.loads(run_file.read_text(encoding="utf-8"))
-        new_fp = cfg.fingerprint()
-        old_fp = _known(dict(old["fingerprint"]), new_fp)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(
-            f"{run_file} is corrupt ({exc})", hint="pick a new --output-dir"
-        ) from None
+def _differences(cfg: TrainingConfig, old: Any, new_fp: dict[str, Any]) -> list[str]:
+    """How the config ``cfg`` (its fingerprint ``new_fp``) differs from the run file ``old``
+    (empty: the same run): its fields (not where the run directory is), and its inputs by
+    content. A run file written before inputs were matched by content is matched by their
+    paths. A KeyError, TypeError or ValueError where ``old`` is not a run file."""
+    old_fp = _known(dict(old["fingerprint"]), new_fp)
     old_inputs = old.get("inputs")
     if not isinstance(old_inputs, dict):
         return config_differences(old_fp, new_fp)
@@ -206,87 +223,49 @@ def run_differences(run_file: Path, cfg: Any) -> list[str]:
     return changed
 
 
-def check_run_dir(cfg: Any, run_name: str | None = None, command: str | None = None) -> bool:
-    """Whether ``output_dir`` holds a run of this config to resume (``cfg``: an SFT or RL
-    config, a :class:`TrainingConfig` with ``output_dir`` and ``resume``; its ``RUN_FILE`` and
-    ``COMMAND`` are the defaults of ``run_name`` and ``command``); False where
-    there is none yet or ``resume`` is off. Reads only: a ConfigError naming the keys if it
-    holds a run of a different config, or what else is wrong with it."""
-    run_name, command = run_name or cfg.RUN_FILE, command or cfg.COMMAND
-    out = Path(cfg.output_dir)
-    run_file = out / run_name
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output_dir {out} is a file", hint="pick a directory's path")
-    _check_creatable(out)
-    if run_file.is_file():
-        changed = run_differences(run_file, cfg)
-        if changed:
-            raise ConfigError(
-                f"{out} holds a run of a different config: " + "; ".join(changed),
-                hint="use the same config to resume, or pick a new --output-dir",
-            )
-        return bool(cfg.resume)
-    if out.exists() and any(out.iterdir()):
+def check_run_dir(
+    cfg: TrainingConfig, run_name: str | None = None, command: str | None = None
+) -> bool:
+    """Whether ``output_dir`` holds a run of this config to resume (its ``RUN_FILE`` and
+    ``COMMAND`` are the defaults of ``run_name`` and ``command``); False where there is none
+    yet or ``resume`` is off. Reads only: a ConfigError naming the keys if it holds a run of a
+    different config, or what else is wrong with it (a directory that cannot be created or
+    written: now, before any work, not an OSError from deep in a trainer)."""
+    claim = run_claim(cfg, run_name)
+    claim.check_place("output_dir", hint="pick a directory's path")
+    if claim.check():
+        return cfg.resume
+    if claim.dir.exists() and any(claim.dir.iterdir()):
         raise ConfigError(
-            f"{out} is not empty and holds no {run_name}: not an `{command}` run",
+            f"{claim.dir} is not empty and holds no {claim.file}: not an "
+            f"`{command or cfg.COMMAND}` run",
             hint="pick a new --output-dir",
         )
     return False
 
 
-def _check_creatable(out: Path) -> None:
-    """A ConfigError now, before any work, where ``out`` cannot be created or written (a parent
-    that is a file, read-only or immutable), not an OSError from deep in a trainer."""
-    from astra_agent.config import check_writable
-    from astra_agent.runio import probe_writable
-
-    if not out.exists():
-        check_writable(out, "output_dir", kind="dir")
-        return
-    try:
-        probe_writable(out)
-    except OSError as exc:
-        raise ConfigError(
-            f"output_dir {out} is not writable ({exc.strerror})",
-            hint="pick a path in a writable directory",
-        ) from None
-
-
-def prepare_run_dir(cfg: Any, run_name: str | None = None, command: str | None = None) -> bool:
+def prepare_run_dir(
+    cfg: TrainingConfig, run_name: str | None = None, command: str | None = None
+) -> bool:
     """:func:`check_run_dir`, then create ``output_dir`` with its run file where there is
     none yet; return whether a checkpoint should be resumed from."""
     resume = check_run_dir(cfg, run_name, command)
-    run_file = Path(cfg.output_dir) / (run_name or cfg.RUN_FILE)
-    if not run_file.is_file():
-        run_file.parent.mkdir(parents=True, exist_ok=True)
-        write_run_file(cfg, run_file)
+    if not run_claim(cfg, run_name).path.is_file():
+        write_run_file(cfg, run_name)
     return resume
-
-
-def record_run(cfg: Any) -> None:
-    """The run file of a backend that keeps its own resume checks (verl: its checkpoints and
-    ``verl/fingerprint.json``), so that its run directory reads as an ``astra-train`` run
-    (``astra-eval report``, ``compare``): written where there is none, or where it records a
-    config other than this one (which that backend accepted: it starts over)."""
-    run_file = Path(cfg.output_dir) / cfg.RUN_FILE
-    try:
-        if run_file.is_file() and not run_differences(run_file, cfg):
-            return
-    except ConfigError:
-        pass  # a corrupt run file: written anew
-    write_run_file(cfg, run_file)
 
 
 def set_aside(out: Path) -> Path | None:
     """Starting over (``resume: false``) in a directory that holds an earlier run's
-    checkpoints or final model: they are moved to ``OUTPUT_DIR/previous-N/`` (with its
-    metrics), so that a later resume cannot pick them up as this run's (a kill at step 2
+    checkpoints or final model (verl's too): they are moved to ``OUTPUT_DIR/previous-N/``
+    (with its metrics), so that a later resume cannot pick them up as this run's (a kill at step 2
     would otherwise resume from the earlier run's last checkpoint), an earlier ``final/``
     cannot pass for this run's, and nothing is deleted."""
+    saved = (FINAL_DIR, CONVERTED_DIR, VERL_CHECKPOINTS, VERL_METRICS)
     old = [
         p
         for p in out.iterdir()
-        if (p.name.startswith("checkpoint-") and p.is_dir()) or p.name in (FINAL_DIR, CONVERTED_DIR)
+        if (p.name.startswith("checkpoint-") and p.is_dir()) or p.name in saved
     ]
     if not old:
         return None
@@ -374,7 +353,8 @@ def training_finished(checkpoint: Path) -> bool:
     return 0 < last <= step
 
 
-def converted_dir(cfg: Any) -> Path:
+def converted_dir(cfg: TrainingConfig) -> Path:
+    """Where ``final/`` is converted for serving: ``convert.out``, or ``OUTPUT_DIR/final-bf16``."""
     return Path(cfg.convert.out or cfg.output_dir / CONVERTED_DIR)
 
 
@@ -389,7 +369,7 @@ def save_final(out: Path, save: Callable[[str], Any], tokenizer: Any, serving: s
     return final
 
 
-def convert_final(cfg: Any, final: Path) -> Path | None:
+def convert_final(cfg: TrainingConfig, final: Path) -> Path | None:
     """``final/`` converted for serving (``convert``), or None where that is off."""
     if not cfg.convert.enabled:
         return None
@@ -411,7 +391,7 @@ class FinishedRun:
 
 
 def finished_run(
-    cfg: Any, checkpoint: Path | None, tokenizer: Any, serving: str
+    cfg: TrainingConfig, checkpoint: Path | None, tokenizer: Any, serving: str
 ) -> FinishedRun | None:
     """None unless ``checkpoint`` ends its run. Then the run is not trained again: if its
     ``final/`` (and conversion, where on) is there, nothing is touched; if it was killed
@@ -440,24 +420,28 @@ def finished_run(
 
 def _saved_nothing(out: Path, run_name: str) -> bool:
     """``out`` holds a run directory in which nothing was trained or saved yet (a run that
-    failed before its first checkpoint): no checkpoint, no final model, no metrics."""
+    failed before its first checkpoint): no checkpoint (verl's included), no final model, no
+    metrics."""
     if not (out / run_name).is_file():
         return False
+    saved = (FINAL_DIR, CONVERTED_DIR, VERL_CHECKPOINTS)
     for p in out.iterdir():
-        if p.name.startswith(("checkpoint-", "previous-")) or p.name in (FINAL_DIR, CONVERTED_DIR):
+        if p.name.startswith(("checkpoint-", "previous-")) or p.name in saved:
             return False
-    metrics = out / METRICS_FILE
-    return not (metrics.is_file() and metrics.read_text(encoding="utf-8", errors="replace").strip())
+    logged = [out / METRICS_FILE, *(out / VERL_METRICS).glob("*.jsonl")]
+    return not any(
+        m.is_file() and m.read_text(encoding="utf-8", errors="replace").strip() for m in logged
+    )
 
 
-def _adoptable(cfg: Any) -> bool:
+def _adoptable(cfg: TrainingConfig) -> bool:
     """Whether ``output_dir`` holds a run of another config (or a corrupt run file) that
     saved nothing: such a directory takes the new config (see :meth:`TrainingRun.begin`)."""
-    out = Path(cfg.output_dir)
-    if not _saved_nothing(out, cfg.RUN_FILE):
+    claim = run_claim(cfg)
+    if not _saved_nothing(claim.dir, claim.file):
         return False
     try:
-        return bool(run_differences(out / cfg.RUN_FILE, cfg))
+        return bool(claim.differences(claim.recorded()))
     except ConfigError:
         return True  # a corrupt run file: replaced
 
@@ -474,13 +458,13 @@ class TrainingRun:
     so a run that failed at its start does not lock its directory to the config that failed.
     """
 
-    cfg: Any  # an SFT or RL config (see check_run_dir)
+    cfg: TrainingConfig  # an SFT or RL config
     resume: bool  # a run of this config is there to continue
     checkpoint: Path | None  # the newest complete checkpoint, where resumed
     adopt_unsaved: bool = False
 
     @classmethod
-    def open(cls, cfg: Any, *, adopt_unsaved: bool = False) -> TrainingRun:
+    def open(cls, cfg: TrainingConfig, *, adopt_unsaved: bool = False) -> TrainingRun:
         resume = not (adopt_unsaved and _adoptable(cfg)) and check_run_dir(cfg)
         ckpt = last_complete_checkpoint(Path(cfg.output_dir)) if resume else None
         return cls(cfg, resume, ckpt, adopt_unsaved)
@@ -502,7 +486,7 @@ class TrainingRun:
                 "%s holds a run of another config that saved nothing: it starts anew",
                 self.cfg.output_dir,
             )
-            write_run_file(self.cfg, self.output_dir / self.cfg.RUN_FILE)
+            write_run_file(self.cfg)
         prepare_run_dir(self.cfg)
         if not self.resume:
             set_aside(self.output_dir)

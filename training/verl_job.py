@@ -8,7 +8,9 @@ Both write ``OUTPUT_DIR/verl/`` the same way and run it the same way:
 * the job directory, written whole into a temporary sibling and renamed over the old one
   (:func:`write_job_dir`): overrides, the composed config, ``launch.sh``, the fingerprint, and
   (RL) the data;
-* resuming only into a run of the same config (:func:`check_resume`);
+* the run directory opened as a TRL run opens it (:func:`begin_run`: a
+  :class:`~training.run.TrainingRun`), and verl's checkpoints resumed only under the config
+  they were made with (:func:`check_resume`, ``verl/fingerprint.json``: :func:`job_claim`);
 * composing the overrides with verl's own Hydra defaults, offline, in struct mode
   (:func:`compose`: an unknown key or a bad value is a ConfigError), and building sections into
   verl's dataclasses (:func:`check_sections`);
@@ -38,9 +40,22 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from astra_agent.claim import Claim, Refusal, sorted_lines
+from astra_agent.config import check_writable
 from astra_agent.errors import AstraError, ConfigError
 from astra_agent.procs import dies_with, stop_group
 from astra_agent.runio import building_dir
+from training.run import (
+    VERL_CHECKPOINTS,
+    VERL_METRICS,
+    TrainingConfig,
+    TrainingRun,
+    converted_dir,
+    run_claim,
+    write_run_file,
+)
+
+JOB_DIR = "verl"  # the job directory in OUTPUT_DIR
 
 
 class VerlJobOptions(BaseModel):
@@ -160,23 +175,45 @@ def write_job_dir(
             (tmp / "launch.sh").chmod(0o755)
 
 
-def fingerprint_text(fingerprint: dict[str, Any]) -> str:
-    return json.dumps(fingerprint, indent=2, sort_keys=True) + "\n"
+FINGERPRINT = "fingerprint.json"  # in the job directory
+_OTHER_CHECKPOINTS = Refusal(
+    "{dir} holds checkpoints of a different config: {differences}",
+    hint="use a new output_dir, or set resume: false to start over",
+)
 
 
-def check_resume(
-    output_dir: Path, workdir: Path, resume: bool, fingerprint: dict[str, Any]
-) -> None:
-    """Resuming into ``output_dir`` (verl's checkpoints there) must be for the same config."""
-    ckpt = Path(output_dir) / "checkpoints" / "latest_checkpointed_iteration.txt"
-    old = workdir / "fingerprint.json"
-    if not (resume and ckpt.is_file() and old.is_file()):
-        return
-    if json.loads(old.read_text()) != fingerprint:
-        raise ConfigError(
-            f"{output_dir} holds checkpoints of a different config",
-            hint="use a new output_dir, or set resume: false to start over",
-        )
+def job_claim(cfg: TrainingConfig) -> Claim:
+    """``OUTPUT_DIR/verl/fingerprint.json``: the config verl's checkpoints in
+    ``OUTPUT_DIR/checkpoints`` are made under (the job directory writes its :meth:`~Claim.text`
+    with the rest, whole)."""
+    file = f"{JOB_DIR}/{FINGERPRINT}"
+    return Claim(
+        Path(cfg.output_dir), file, cfg.fingerprint(), _OTHER_CHECKPOINTS, dumps=sorted_lines
+    )
+
+
+def check_resume(cfg: TrainingConfig) -> None:
+    """Resuming verl's checkpoints in ``OUTPUT_DIR`` must be under the config they were made
+    with (refused with the differences named)."""
+    latest = Path(cfg.output_dir) / VERL_CHECKPOINTS / "latest_checkpointed_iteration.txt"
+    if cfg.resume and latest.is_file():
+        job_claim(cfg).check()
+
+
+def begin_run(cfg: TrainingConfig, *, adopt_unsaved: bool = False) -> None:
+    """A verl job's run directory, opened and begun as a TRL run's is (:class:`TrainingRun`:
+    a run of another config refused with the differences named, the run file written, an
+    earlier run set aside on a start over), verl's checkpoints there resumed only under their
+    config (:func:`check_resume`), and the job directory writable. Called once the job is
+    valid, before anything else is written into the directory. A verl run written before verl
+    runs had a run file is this config's where its ``fingerprint.json`` says so: the run file
+    is written for it."""
+    if not run_claim(cfg).path.is_file() and job_claim(cfg).check():
+        write_run_file(cfg)
+    run = TrainingRun.open(cfg, adopt_unsaved=adopt_unsaved)
+    check_resume(cfg)
+    check_writable(Path(cfg.output_dir) / JOB_DIR, "output dir", kind="dir")
+    run.begin()
 
 
 def check_device(device: str, gpus_wanted: int, trainer: str) -> None:
@@ -239,9 +276,6 @@ def ray_job_command(
     ]
 
 
-METRICS_DIR = "verl-metrics"
-
-
 def launch_metrics_file(output_dir: Path) -> Path:
     """Where a launch's metrics go: ``OUTPUT_DIR/verl-metrics/<UTC time>-<n>.jsonl`` (the folder
     made, the file left to verl). verl's file logger truncates its file at every start, and the
@@ -249,7 +283,7 @@ def launch_metrics_file(output_dir: Path) -> Path:
     resumed run keeps the earlier launches' steps (``eval.rundir`` reads them in name order)."""
     import time
 
-    folder = Path(output_dir).absolute() / METRICS_DIR
+    folder = Path(output_dir).absolute() / VERL_METRICS
     folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     n = 1
@@ -339,7 +373,7 @@ J = TypeVar("J", bound=VerlJob)
 
 def run_job(
     job: J,
-    cfg: Any,
+    cfg: TrainingConfig,
     trainer: str,
     echo: Callable[[str], None] | None = None,
 ) -> J:
@@ -361,6 +395,6 @@ def run_job(
         return job
     from serving.convert import convert_checkpoint
 
-    dst = cfg.convert.out or Path(cfg.output_dir) / "final-bf16"
+    dst = converted_dir(cfg)
     result = convert_checkpoint(job.checkpoint_dir, dst, dtype=cfg.convert.dtype, overwrite=True)
     return replace(job, final=result.dst)

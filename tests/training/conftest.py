@@ -82,15 +82,24 @@ def check_verl_resume(
 ) -> None:
     """A verl job (SFT or RL: ``prepare(make_cfg(tmp_path, **changes))``) beside a checkpoint
     of iteration ``iteration`` resumes it under a config that differs only outside the
-    fingerprint; another config is refused, unless told to start over."""
+    fingerprint. Another config is refused, as a TRL run refuses it (starting over included:
+    its run directory is another's); so is resuming verl's checkpoints under a model of the
+    same content at another path, unless told to start over, which sets them aside."""
     prepare(make_cfg(tmp_path))
     ckpt = tmp_path / "out" / "checkpoints"
     ckpt.mkdir()
     (ckpt / "latest_checkpointed_iteration.txt").write_text(iteration)
     prepare(make_cfg(tmp_path, save_steps=7))  # not in the fingerprint: fine
-    with pytest.raises(ConfigError, match="different config"):
+    with pytest.raises(ConfigError, match=r"holds a run of a different config: learning_rate"):
         prepare(make_cfg(tmp_path, learning_rate=1e-4))
-    prepare(make_cfg(tmp_path, learning_rate=1e-4, resume=False))  # start over: fine
+    with pytest.raises(ConfigError, match="different config"):
+        prepare(make_cfg(tmp_path, learning_rate=1e-4, resume=False))
+    moved = tmp_path / "elsewhere"  # no model here either: the same content, another path
+    with pytest.raises(ConfigError, match=r"holds checkpoints of a different config: model"):
+        prepare(make_cfg(tmp_path, model=moved))
+    prepare(make_cfg(tmp_path, model=moved, resume=False))  # start over: fine
+    earlier = tmp_path / "out" / "previous-1" / "checkpoints" / "latest_checkpointed_iteration.txt"
+    assert earlier.read_text() == iteration and not ckpt.exists()
 
 
 def check_verl_run_file(
@@ -98,7 +107,8 @@ def check_verl_run_file(
 ) -> None:
     """A verl job (SFT or RL) writes the run file a TRL run writes, so that ``astra-eval``
     reads its directory as a training run of ``kind``; a rerun of the same config leaves it
-    as it is, a start over with another config records that one."""
+    as it is. Another config is refused, as a TRL run refuses it, except by RL, whose run
+    that saved nothing takes it (as RL's TRL backend does)."""
     from eval.rundir import load_run
 
     cfg = make_cfg(tmp_path)
@@ -110,8 +120,13 @@ def check_verl_run_file(
     prepare(make_cfg(tmp_path, save_steps=7))  # not in the fingerprint: the same run
     assert run_file.read_bytes() == first
     other = make_cfg(tmp_path, learning_rate=1e-4, resume=False)
-    prepare(other)
-    assert load_run(tmp_path / "out").config == other.fingerprint()
+    if kind == "rl":
+        prepare(other)
+        assert load_run(tmp_path / "out").config == other.fingerprint()
+        return
+    with pytest.raises(ConfigError, match="holds a run of a different config: learning_rate"):
+        prepare(other)
+    assert run_file.read_bytes() == first
 
 
 @pytest.fixture(scope="session")

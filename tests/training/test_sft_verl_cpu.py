@@ -78,7 +78,8 @@ def test_device_cpu_adds_the_plugin_to_the_generated_job(tmp_path: Path) -> None
     script = job.launch_script.read_text()
     assert "export VERL_USE_EXTERNAL_MODULES=training.verl_compat,training.verl_cpu" in script
     assert "export VERL_PLATFORM=cpu" in script
-    cuda = prepare_verl(make_cfg(tmp_path, verl={"gpus_per_node": 1}))
+    # a run directory of its own: the CPU job's run refuses another config, as a TRL run's does
+    cuda = prepare_verl(make_cfg(tmp_path, output_dir=tmp_path / "cuda", verl={"gpus_per_node": 1}))
     assert "VERL_PLATFORM" not in cuda.launch_script.read_text()
     assert not set(cpu_overrides()) & set(cuda.overrides_file.read_text().splitlines())
     with pytest.raises(ConfigError, match="torchrun launcher only"):

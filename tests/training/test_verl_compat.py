@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from training.verl_job import METRICS_DIR, launch_env, launch_metrics_file
+from training.run import VERL_METRICS
+from training.verl_job import launch_env, launch_metrics_file
 
 # What verl's FSDP model build runs (actor and SFT trainer): with TRL 1.16 installed and verl's
 # own probe, it imports a TRL class that TRL no longer has.
@@ -75,7 +76,7 @@ def test_launches_in_one_second_get_files_in_launch_order(tmp_path: Path) -> Non
     first = launch_metrics_file(tmp_path)
     first.write_text('{"step": 1, "data": {}}\n')  # what verl's logger does once it starts
     second = launch_metrics_file(tmp_path)
-    assert first.parent == second.parent == tmp_path.absolute() / METRICS_DIR
+    assert first.parent == second.parent == tmp_path.absolute() / VERL_METRICS
     assert first != second and not second.exists()
     if first.name[:16] == second.name[:16]:  # the same second
         assert sorted([second.name, first.name]) == [first.name, second.name]

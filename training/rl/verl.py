@@ -14,9 +14,10 @@ agent loop, reward and Adaptive Batch Filling, on one node or a Ray cluster.
   reading) and ``launch.sh`` (``python -m verl.trainer.main_ppo``, or ``ray job submit`` for
   several nodes).
 
-and beside it the run file ``OUTPUT_DIR/astra-rl.json`` (``training.run.record_run``), as the
-TRL backend does, so that the run directory reads as an ``astra-train rl`` run. With
-``verl.run: true`` it also runs ``launch.sh``.
+and ``fingerprint.json``, once the run directory is opened and begun as the TRL backend's
+(``training.verl_job.begin_run``: a run of another config refused, one that saved nothing
+taken over, the run file ``OUTPUT_DIR/astra-rl.json``), so that the run directory reads as an
+``astra-train rl`` run. With ``verl.run: true`` it also runs ``launch.sh``.
 
 The overrides are checked offline against verl's own schema: Hydra compose of ``ppo_trainer``
 in struct mode (an unknown key fails), verl's dataclasses for the algorithm and rollout
@@ -46,23 +47,24 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.arena import ArenaTask
-from astra_agent.config import check_writable
 from astra_agent.errors import AstraError, ConfigError
 from training.rl.config import RLConfig
 from training.rl.verl_abf import ABF_SAMPLER, abf_sampler_kwargs
-from training.run import record_run
+from training.run import VERL_CHECKPOINTS
 from training.verl_job import (
+    FINGERPRINT,
+    JOB_DIR,
     VerlJob,
+    begin_run,
     check_device,
     check_installed,
-    check_resume,
     check_scheduler,
     check_sections,
     compose,
     data_parallel_ranks,
-    fingerprint_text,
     hlist,
     hq,
+    job_claim,
     launch_env,
     ray_job_command,
     render_launch_script,
@@ -294,7 +296,7 @@ def _trainer(cfg: RLConfig, data: VerlRLData) -> list[str]:
         "trainer.v1.trainer_mode=sync",
         f"trainer.total_training_steps={cfg.steps}",
         f"trainer.total_epochs={_total_epochs(cfg, data.train_rows)}",
-        f"trainer.default_local_dir={hq(str(out / 'checkpoints'))}",
+        f"trainer.default_local_dir={hq(str(out / VERL_CHECKPOINTS))}",
         f"trainer.save_freq={cfg.save_steps}",
         f"trainer.max_actor_ckpt_to_keep={cfg.save_total_limit}",
         f"trainer.resume_mode={'auto' if cfg.resume else 'disable'}",
@@ -431,13 +433,11 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
     from omegaconf import OmegaConf
 
     out = Path(cfg.output_dir).absolute()
-    workdir = out / "verl"
+    workdir = out / JOB_DIR
     check_installed("verl", "TransferQueue")  # verl's V1 trainer keeps its rollouts there
     _check_settings(cfg)
     if cfg.verl.run:
         _check_can_run(cfg)
-    check_resume(cfg.output_dir, workdir, cfg.resume, cfg.fingerprint())
-    check_writable(workdir, "output dir", kind="dir")
     rows = arena_rows(cfg)
     data = _data_files(rows, workdir / "data")
     agent_loops = workdir / "agent_loops.yaml"
@@ -446,6 +446,7 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
     composed = compose_verl_config(overrides, check_model=model_here)
     if not model_here:
         log.warning("model %s is not on this machine: not checked", cfg.model)
+    begin_run(cfg, adopt_unsaved=True)
     env = rl_launch_env(cfg)
     command = launch_command(cfg, overrides, env)
     launch = render_launch_script(command, env, "astra-train rl")
@@ -454,13 +455,12 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
         "config.yaml": OmegaConf.to_yaml(composed),
         "agent_loops.yaml": agent_loop_yaml(cfg),
         "launch.sh": launch,
-        "fingerprint.json": fingerprint_text(cfg.fingerprint()),
+        FINGERPRINT: job_claim(cfg).text(),
     }
     tables = {"data/train.parquet": rows.train}
     if rows.heldout is not None:
         tables["data/heldout.parquet"] = rows.heldout
     write_job_dir(workdir, texts, tables)
-    record_run(cfg)
     return VerlRLJob(
         workdir=workdir,
         data=data,
@@ -470,7 +470,7 @@ def prepare_verl(cfg: RLConfig) -> VerlRLJob:
         launch_script=workdir / "launch.sh",
         command=tuple(command),
         env=tuple(env.items()),
-        checkpoint_dir=out / "checkpoints",
+        checkpoint_dir=out / VERL_CHECKPOINTS,
         metrics_file=Path(env["VERL_FILE_LOGGER_PATH"]),
     )
 

@@ -14,7 +14,7 @@ from typing import ClassVar, Literal
 from pydantic import ConfigDict, Field
 
 from training.device import TRLOptions
-from training.run import ConvertOptions, TrainingConfig
+from training.run import TrainingConfig
 from training.verl_job import VerlJobOptions
 
 
@@ -38,7 +38,6 @@ class SFTConfig(TrainingConfig):
         min_length=1, description="parquet of `astra-train data sft` (repeatable)"
     )
     val_files: list[Path] = Field(default_factory=list)
-    output_dir: Path = Field(description="run directory")
     max_length: int = Field(20480, ge=16, description="tokens per sequence (paper: 20k)")
     epochs: float = Field(2.0, gt=0, description="passes over the data")
     max_steps: int | None = Field(None, ge=1, description="overrides epochs when set")
@@ -55,10 +54,8 @@ class SFTConfig(TrainingConfig):
     save_total_limit: int = Field(2, ge=1)
     logging_steps: int = Field(1, ge=1)
     report_to: list[Literal["tensorboard", "wandb"]] = Field(default_factory=list)
-    resume: bool = Field(True, description="continue from the newest complete checkpoint")
     trl: TRLOptions = Field(default_factory=TRLOptions)
     verl: VerlOptions = Field(default_factory=VerlOptions)
-    convert: ConvertOptions = Field(default_factory=ConvertOptions)
 
     INPUTS: ClassVar[tuple[str, ...]] = ("model", "train_files", "val_files")
     RUN_FILE: ClassVar[str] = "astra-sft.json"

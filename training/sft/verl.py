@@ -4,8 +4,9 @@
 own config schema offline (Hydra compose in struct mode: an unknown key fails; the optim,
 engine, checkpoint and profiler sections are built as verl's dataclasses), then writes
 ``OUTPUT_DIR/verl/``: ``overrides.txt`` (one override a line), ``config.yaml`` (the composed
-config, for reading) and ``launch.sh`` (the launch line, shell-quoted), and the run file
-``OUTPUT_DIR/astra-sft.json`` (``training.run.record_run``). With ``verl.run: true``
+config, for reading), ``launch.sh`` (the launch line, shell-quoted) and ``fingerprint.json``,
+once the run directory is opened and begun as a TRL run's (``training.verl_job.begin_run``: a
+run of another config refused, the run file ``OUTPUT_DIR/astra-sft.json``). With ``verl.run: true``
 it runs ``launch.sh`` and converts the newest checkpoint with ``serving.convert`` (verl FSDP →
 verl's model merger → bf16) into ``OUTPUT_DIR/final-bf16``.
 
@@ -30,22 +31,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from astra_agent.config import check_writable
 from astra_agent.errors import ConfigError
-from training.run import check_model, record_run
+from training.run import VERL_CHECKPOINTS, check_model
 from training.sft.common import check_sft_parquet, check_train_files
 from training.sft.config import SFTConfig
 from training.verl_job import (
+    FINGERPRINT,
+    JOB_DIR,
     VerlJob,
+    begin_run,
     check_device,
-    check_resume,
     check_scheduler,
     check_sections,
     compose,
     data_parallel_ranks,
-    fingerprint_text,
     hlist,
     hq,
+    job_claim,
     launch_env,
     ray_job_command,
     render_launch_script,
@@ -149,7 +151,7 @@ def verl_overrides(cfg: SFTConfig) -> list[str]:
         f"engine.strategy={v.strategy}",
         f"engine.ulysses_sequence_parallel_size={sp}",
         *_schedule(cfg),
-        f"trainer.default_local_dir={hq(str(out / 'checkpoints'))}",
+        f"trainer.default_local_dir={hq(str(out / VERL_CHECKPOINTS))}",
         f"trainer.save_freq={cfg.save_steps}",
         f"trainer.test_freq={cfg.save_steps if cfg.val_files else -1}",
         f"trainer.max_ckpt_to_keep={cfg.save_total_limit}",
@@ -245,7 +247,7 @@ def prepare_verl(cfg: SFTConfig) -> VerlJob:
     from omegaconf import OmegaConf
 
     out = Path(cfg.output_dir).absolute()
-    workdir = out / "verl"
+    workdir = out / JOB_DIR
     overrides = verl_overrides(cfg)
     model_here = cfg.verl.run or Path(cfg.model).exists()  # else: a path on the cluster
     composed = compose_verl_config(overrides, check_model=model_here)
@@ -256,8 +258,7 @@ def prepare_verl(cfg: SFTConfig) -> VerlJob:
         check_train_files(list(cfg.train_files))
         check_sft_parquet(list(cfg.train_files))
         check_model(Path(cfg.model))
-    check_resume(cfg.output_dir, workdir, cfg.resume, cfg.fingerprint())
-    check_writable(workdir, "output dir", kind="dir")
+    begin_run(cfg)
     env = sft_launch_env(cfg)
     command = launch_command(cfg, overrides, env)
     write_job_dir(
@@ -266,10 +267,9 @@ def prepare_verl(cfg: SFTConfig) -> VerlJob:
             "overrides.txt": "\n".join(overrides) + "\n",
             "config.yaml": OmegaConf.to_yaml(composed),
             "launch.sh": render_launch_script(command, env, "astra-train sft"),
-            "fingerprint.json": fingerprint_text(cfg.fingerprint()),
+            FINGERPRINT: job_claim(cfg).text(),
         },
     )
-    record_run(cfg)
     return VerlJob(
         workdir=workdir,
         overrides_file=workdir / "overrides.txt",
@@ -277,7 +277,7 @@ def prepare_verl(cfg: SFTConfig) -> VerlJob:
         launch_script=workdir / "launch.sh",
         command=tuple(command),
         env=tuple(env.items()),
-        checkpoint_dir=out / "checkpoints",
+        checkpoint_dir=out / VERL_CHECKPOINTS,
         metrics_file=Path(env["VERL_FILE_LOGGER_PATH"]),
     )
 

@@ -30,6 +30,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
+from astra_agent.claim import Claim, Refusal, one_line
 from astra_agent.errors import AstraError, ConfigError, ServerError
 from astra_agent.options import version
 from astra_agent.runio import (
@@ -125,6 +126,11 @@ def fingerprint(stage: str, inputs: list[InputFile], params: Mapping[str, Any]) 
         "params": dict(params),
     }
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _other_run(old: Any, new: Any) -> list[str]:
+    """A stage's fingerprints differ as a whole (a digest): both named."""
+    return [] if old == new else [f"fingerprint {old}, this run {new}"]
 
 
 _CODE_VERSION: str | None = None
@@ -265,39 +271,41 @@ class StageRun(Generic[R]):
             self._check_existing(resume)
             if self.complete:
                 return
-        out.mkdir(parents=True, exist_ok=True)
         state = {"stage": self.stage, "fingerprint": self.fingerprint, "code": code_version()}
-        write_lines_atomic(out / RUN_STATE, [json.dumps(state)])
+        self._claim(RUN_STATE, done=False).write(state)
+
+    def _claim(self, name: str, *, done: bool) -> Claim:
+        """The claim of a complete run (``stats.json``) or an unfinished one (``.run.json``)."""
+        what = "a complete" if done else "an unfinished"
+        refusal = Refusal(
+            f"{{dir}} holds {what} {self.stage} run of other inputs or parameters "
+            "({differences})",
+            hint="choose another --out, or pass --overwrite",
+        )
+        return Claim(self.out, name, self.fingerprint, refusal, "fingerprint", _other_run, one_line)
 
     def _check_existing(self, resume: bool) -> None:
         out = self.out
         for name, done in ((STATS, True), (RUN_STATE, False)):
-            hint = (
-                "choose another --out, or pass --overwrite to replace it"
-                if done
-                else "pass --resume to continue it, or --overwrite to start over"
-            )
-            path = out / name
-            if not path.is_file():
+            claim = self._claim(name, done=done)
+            old = claim.recorded()
+            if old is None:
                 continue
-            try:
-                old = json.loads(path.read_text(encoding="utf-8"))
-            except ValueError:
-                old = {}
             what = "a complete" if done else "an unfinished"
-            if old.get("stage") != self.stage:
+            stage = old.get("stage") if isinstance(old, dict) else None
+            if stage != self.stage:
                 raise ConfigError(
-                    f"{out} holds {what} {old.get('stage') or 'unknown'} run",
+                    f"{out} holds {what} {stage or 'unknown'} run",
                     hint="choose another --out, or pass --overwrite",
                 )
             if not resume:
-                raise ConfigError(f"{out} holds {what} {self.stage} run", hint=hint)
-            if old.get("fingerprint") != self.fingerprint:
-                raise ConfigError(
-                    f"{out} holds {what} {self.stage} run of other inputs or parameters "
-                    f"(fingerprint {old.get('fingerprint')}, this run {self.fingerprint})",
-                    hint="choose another --out, or pass --overwrite",
+                hint = (
+                    "choose another --out, or pass --overwrite to replace it"
+                    if done
+                    else "pass --resume to continue it, or --overwrite to start over"
                 )
+                raise ConfigError(f"{out} holds {what} {self.stage} run", hint=hint)
+            claim.refuse_other(old)
             if done:
                 self.complete, self.stats = True, old
             else:

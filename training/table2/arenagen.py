@@ -38,13 +38,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from astra_agent.claim import Claim, Refusal
 from astra_agent.errors import ConfigError
-from astra_agent.runio import (
-    config_differences,
-    file_sha256,
-    write_json_atomic,
-    write_lines_atomic,
-)
+from astra_agent.runio import file_sha256, write_lines_atomic
 from training.table2.values import ValueKind, make_value
 
 DOMAINS_FILE = Path(__file__).with_name("domains.yaml")
@@ -490,36 +486,32 @@ def check_split(
 
 
 MANIFEST = "arenas.json"
+_OTHER_SPEC = Refusal(
+    "{dir} holds arenas of another spec ({differences})",
+    hint="use another --out, or the spec it was written with",
+)
 
 
 def write_arenas(out: Path, spec: GenSpec) -> dict[str, Path]:
     """Generate and write ``OUT/{train,a,b,c}.jsonl`` and ``OUT/arenas.json`` (the spec, the
     counts and each file's SHA-256), each file whole. A directory written under another spec
     is refused with the differences named; under the same spec it is left as it is."""
-    from astra_agent.config import check_writable
-
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file", hint="name a directory")
-    check_writable(out, "--out", kind="dir")
+    claim = Claim(out, MANIFEST, spec.model_dump(), _OTHER_SPEC, key="spec")
+    claim.check_place("--out", hint="name a directory")
     paths = {s: out / f"{s}.jsonl" for s in SPLITS}
-    manifest = out / MANIFEST
-    if manifest.is_file():
-        old = json.loads(manifest.read_text(encoding="utf-8"))
-        diffs = config_differences(old.get("spec"), spec.model_dump())
-        if diffs:
-            raise ConfigError(
-                f"{out} holds arenas of another spec ({'; '.join(diffs)})",
-                hint="use another --out, or the spec it was written with",
-            )
-        if all(p.is_file() and file_sha256(p) == old["sha256"].get(s) for s, p in paths.items()):
+    old = claim.recorded()
+    if old is not None:
+        claim.refuse_other(old)
+        sha = old.get("sha256")
+        if isinstance(sha, dict) and all(
+            p.is_file() and file_sha256(p) == sha.get(s) for s, p in paths.items()
+        ):
             return paths
     splits = generate(spec)
     out.mkdir(parents=True, exist_ok=True)
     for s, p in paths.items():
         write_lines_atomic(p, (json.dumps(r, ensure_ascii=False) + "\n" for r in splits[s]))
-    write_json_atomic(manifest, {
-        "spec": spec.model_dump(),
-        "counts": {s: len(rs) for s, rs in splits.items()},
-        "sha256": {s: file_sha256(p) for s, p in paths.items()},
-    })  # fmt: skip
+    counts = {s: len(rs) for s, rs in splits.items()}
+    sha256 = {s: file_sha256(p) for s, p in paths.items()}
+    claim.write({"spec": spec.model_dump(), "counts": counts, "sha256": sha256})
     return paths

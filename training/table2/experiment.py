@@ -28,10 +28,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from astra_agent.claim import Claim, Refusal
 from astra_agent.config import deep_merge, read_mapping
 from astra_agent.console import console
 from astra_agent.errors import AstraError, ConfigError
-from astra_agent.runio import config_differences, write_json_atomic, write_text_atomic
+from astra_agent.runio import write_text_atomic
 from training.table2.arenagen import MANIFEST, GenSpec, write_arenas
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,6 +124,13 @@ def load_experiment(path: Path | None, overrides: dict[str, Any]) -> ExperimentC
 # ------------------------------------------------------------------ the run directory
 
 
+EXPERIMENT = "experiment.json"
+_OTHER_EXPERIMENT = Refusal(
+    "{dir} holds an experiment of another config: {differences}",
+    hint="rerun with the config it was started with, or pick a new --out",
+)
+
+
 class Experiment:
     """The directory of one experiment and the stages' paths in it."""
 
@@ -145,25 +153,12 @@ class Experiment:
         return self.path("eval", f"{stage}-{split}")
 
     def open(self) -> None:
-        """Create OUT with the config's fingerprint, or check it against the one there."""
-        from astra_agent.config import check_writable
-
-        if self.out.exists() and not self.out.is_dir():
-            raise ConfigError(f"out {self.out} is a file", hint="name a directory")
-        check_writable(self.out, "out", kind="dir")
-        record = self.path("experiment.json")
-        fp = self.cfg.fingerprint()
-        if record.is_file():
-            old = json.loads(record.read_text(encoding="utf-8"))
-            diffs = config_differences(old, fp)
-            if diffs:
-                raise ConfigError(
-                    f"{self.out} holds an experiment of another config: {'; '.join(diffs)}",
-                    hint="rerun with the config it was started with, or pick a new --out",
-                )
-            return
-        self.out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(record, fp)
+        """Create OUT with the config's fingerprint (``experiment.json``), or check it against
+        the one there."""
+        claim = Claim(self.out, EXPERIMENT, self.cfg.fingerprint(), _OTHER_EXPERIMENT)
+        claim.check_place("out", hint="name a directory")
+        if not claim.check():
+            claim.write()
 
     def need(self, path: Path, stage: str) -> Path:
         """``path``, an input of a later stage; missing: a ConfigError naming its stage."""
