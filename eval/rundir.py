@@ -62,7 +62,7 @@ RunKind = str  # an eval kind's name (eval.kinds) or a training kind
 RUN_FILES: dict[RunKind, str] = {"sft": "astra-sft.json", "rl": "astra-rl.json"}
 METRICS = "metrics.jsonl"
 FINAL_DIR = "final"
-VERL_METRICS_DIR = "verl-metrics"  # training.verl_job.METRICS_DIR: a file per launch
+VERL_METRICS_DIR = "verl-metrics"  # training.run.VERL_METRICS: a file per launch
 VERL_FINAL_DIR = "final-bf16"  # what a verl run converts its last checkpoint into
 _MAX_LAUNCHES = 1000
 

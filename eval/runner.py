@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from astra_agent.errors import ServerError
 from astra_agent.model import ChatModel, ModelConfig
 from astra_agent.runio import append_jsonl, write_json_atomic
+from astra_agent.watch import EndpointWatch
 from eval.results import (
     RESULTS,
     SUMMARY,
@@ -114,10 +115,9 @@ class _Run(Generic[T, R]):
     one: Callable[[T], Awaitable[R]]
     total: int
     done: dict[str, R]
-    max_failures: int
+    watch: EndpointWatch  # entries in a row that could not reach the endpoint
     progress: ProgressHook[R] | None
     ran: int = 0
-    failures: int = 0  # entries in a row that could not reach the endpoint
     pending: list[R] = field(default_factory=list)  # connection failures, not yet recorded
 
     def write(self, rec: R) -> None:
@@ -134,17 +134,16 @@ class _Run(Generic[T, R]):
         ``max_connection_failures`` entries in a row (then the run stops; the waiting ones are
         not recorded, ``--resume`` runs them)."""
         if not rec.unreachable:
-            self.failures = 0
+            self.watch.answered()
             self.write(rec)
             self.flush()
             return
-        self.failures += 1
-        if self.failures < self.max_failures:
+        if not self.watch.failed():
             self.pending.append(rec)
             return
         raise EndpointDied(
             f"the endpoint stopped answering after {self.ran} entries of this run "
-            f"({self.failures} in a row could not reach it: {rec.error}); "
+            f"({self.watch.in_a_row} in a row could not reach it: {rec.error}); "
             f"{len(self.done)} of {self.total} entries are recorded",
             hint="rerun with --resume once the endpoint is back",
         )
@@ -214,8 +213,9 @@ async def run_items(
     if len(set(ids)) != len(ids):
         raise ValueError("item ids are not unique")
     wanted = set(ids)
-    run = _Run(out, key, one, len(items), {k: v for k, v in done.items() if k in wanted},
-               max_connection_failures, progress)  # fmt: skip
+    kept = {k: v for k, v in done.items() if k in wanted}
+    watch = EndpointWatch(max_connection_failures)
+    run = _Run(out, key, one, len(items), kept, watch, progress)
     todo = to_run(items, key, run.done, retry_errors)
     if progress:
         progress(ProgressEvent(len(run.done), run.total, list(run.done.values())))

@@ -41,6 +41,7 @@ from astra_agent.runio import (
     jsonl_lines,
     write_lines_atomic,
 )
+from astra_agent.watch import EndpointWatch
 from eval.runner import run_workers
 from training.synth.teacher import TeacherRejected, TokenCount, track_usage
 
@@ -455,11 +456,10 @@ class _Units(Generic[U, R]):
     process: UnitProcess[U, R]
     total: int
     done: int
-    max_failures: int
+    watch: EndpointWatch  # units in a row the endpoint failed
     progress: Progress | None
     ran: int = 0
     failed: int = 0
-    in_a_row: int = 0
     last_error: str = ""
 
     async def one(self, unit: tuple[str, U]) -> None:
@@ -476,7 +476,7 @@ class _Units(Generic[U, R]):
             except ServerError as exc:  # the endpoint (EndpointError) or its replies failed
                 self._endpoint_failed(key, exc)
                 return
-        self.in_a_row = 0
+        self.watch.answered()
         self.run.commit(key, outcome.records, outcome.rejections, usage)
         self.ran += 1
         self.done += 1
@@ -486,12 +486,12 @@ class _Units(Generic[U, R]):
     def _endpoint_failed(self, key: str, exc: ServerError) -> None:
         """Never data: the unit stays undone (``--resume`` does it); N in a row stop the run."""
         self.failed += 1
-        self.in_a_row += 1
         self.last_error = f"{key}: {exc.message}"
         log.warning("unit %s not done, the endpoint failed: %s", key, exc.message)
-        if self.in_a_row >= self.max_failures:
+        if self.watch.failed():
             raise UnitsFailed(
-                f"the endpoint failed {self.in_a_row} units in a row (last: {self.last_error}); "
+                f"the endpoint failed {self.watch.in_a_row} units in a row (last: "
+                f"{self.last_error}); "
                 f"{self.done} of {self.total} units are committed",
                 hint="rerun with --resume once the endpoint answers again",
             )
@@ -518,9 +518,8 @@ async def run_units(
     if len(set(keys)) != len(keys):
         raise ConfigError("unit keys are not unique")
     todo = [(k, item) for k, item in units if not run.done(k)]
-    state = _Units(
-        run, process, len(units), len(units) - len(todo), max_connection_failures, progress
-    )
+    watch = EndpointWatch(max_connection_failures)
+    state = _Units(run, process, len(units), len(units) - len(todo), watch, progress)
     if progress is not None:
         progress(state.done, state.total)
     await run_workers(todo, state.one, concurrency)
