@@ -498,6 +498,3 @@ class ModelServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-VLLMServer = ModelServer  # the former name, which training/table2/experiment.py still imports

@@ -20,11 +20,12 @@ import pytest
 from pydantic import BaseModel
 
 from astra_agent.errors import ConfigError
+from eval.arenas.procedural.generator import MANIFEST, SPLITS, GenSpec, write_arenas
 from training.run import TrainingRun, prepare_run_dir, write_run_file
 from training.sft.config import SFTConfig
 from training.synth.stage import JOURNAL, RUN_STATE, STATS, StageRun, StageStats, code_version
-from training.table2.arenagen import MANIFEST, SPLITS, GenSpec, write_arenas
-from training.table2.experiment import Experiment, ExperimentConfig
+from training.table2.config import ExperimentConfig
+from training.table2.directory import Experiment
 from training.verl_job import begin_run, check_resume, job_claim
 
 # ------------------------------------------------------------------ a synthesis stage

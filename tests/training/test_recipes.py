@@ -33,7 +33,7 @@ def test_a_shipped_experiment_validates_with_its_sft_and_rl_recipes(recipe: Path
     """An ``astra-train table2`` config: the experiment, and the SFT and RL recipes it writes
     (the shipped ones with its overrides) each valid as the stage will load it."""
     from astra_agent.config import deep_merge
-    from training.table2.experiment import ExperimentConfig
+    from training.table2.config import ExperimentConfig
 
     raw = read_mapping(recipe)
     cfg = load_config(ExperimentConfig, recipe, environ={})

@@ -1,4 +1,4 @@
-"""The procedural arenas (``training.table2.arenagen``): deterministic, valid in the sandbox,
+"""The procedural arenas (``eval.arenas.procedural``): deterministic, valid in the sandbox,
 no held-out domain, signature or start value in training, and bad specs refused; the
 experiment's run directory refuses another config and names the stage a missing input needs."""
 
@@ -14,8 +14,7 @@ from typer.testing import CliRunner
 from astra_agent.arena import ArenaEnvironment, load_arena_file, run_reference
 from astra_agent.errors import ConfigError
 from eval.arenas import validate_arenas
-from training.cli import app as train_app
-from training.table2.arenagen import (
+from eval.arenas.procedural.generator import (
     GenSpec,
     generate,
     load_domains,
@@ -23,7 +22,9 @@ from training.table2.arenagen import (
     split_domains,
     write_arenas,
 )
-from training.table2.experiment import ExperimentConfig, run_experiment
+from training.cli import app as train_app
+from training.table2.config import ExperimentConfig
+from training.table2.experiment import run_experiment
 
 SMALL = GenSpec(seed=3, train_tasks=40, eval_tasks=8)
 

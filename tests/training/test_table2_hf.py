@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.training.e2e import cli
-from training.table2.experiment import ExperimentConfig
+from training.table2.config import ExperimentConfig
 
 
 @pytest.mark.integration

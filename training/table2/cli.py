@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from astra_agent.console import cli_errors, console
-from astra_agent.options import comma_names, parse_set
+from astra_agent.options import comma_names, config_flags
+from eval.arenas.procedural.generator import GenSpec
+from training.table2.config import ExperimentConfig
 
 table2_app = typer.Typer(
     help="The paper's Table 2 in miniature: base → SFT → RL on a real model, measured on arenas "
@@ -21,18 +23,15 @@ table2_app = typer.Typer(
 
 @table2_app.command("generate")
 @cli_errors
+@config_flags(GenSpec, ("seed", "train_tasks", "eval_tasks", "signature_holdout_pct"))
 def generate_cmd(
     out: Annotated[Path, typer.Option(help="Directory for train/a/b/c.jsonl and arenas.json.")],
-    seed: Annotated[int, typer.Option(help="Seed of the tables, tasks and wording.")] = 0,
-    train_tasks: Annotated[int, typer.Option(help="Training tasks.")] = 400,
-    eval_tasks: Annotated[int, typer.Option(help="Tasks in each held-out split.")] = 60,
     heldout_domains: Annotated[
         str | None,
         typer.Option(help="Comma-separated domains of split c (default: domains.yaml's)."),
     ] = None,
-    signature_holdout_pct: Annotated[
-        int, typer.Option(help="Percent of chain signatures held out of training (split b).")
-    ] = 20,
+    *,
+    overrides: dict[str, Any],
 ) -> None:
     """Write seeded procedural arenas: train.jsonl and the held-out splits a (new values),
     b (held-out chain signatures), c (unseen domains), in the ASTRA-RL record format that
@@ -41,16 +40,13 @@ def generate_cmd(
     Example: astra-train table2 generate --out runs/arenas-gen --train-tasks 400 --eval-tasks 60
     """
     from astra_agent.config import load_config
-    from training.table2.arenagen import GenSpec, write_arenas
+    from eval.arenas.procedural.generator import write_arenas
 
-    names = None
     if heldout_domains is not None:
-        names = comma_names(heldout_domains, "--heldout-domains", "astronomy,brewing")
-    given = {
-        "seed": seed, "train_tasks": train_tasks, "eval_tasks": eval_tasks,
-        "heldout_domains": names, "signature_holdout_pct": signature_holdout_pct,
-    }  # fmt: skip
-    spec = load_config(GenSpec, None, given, environ={})
+        overrides["heldout_domains"] = comma_names(
+            heldout_domains, "--heldout-domains", "astronomy,brewing"
+        )
+    spec = load_config(GenSpec, None, overrides, environ={})
     paths = write_arenas(out, spec)
     for split, path in paths.items():
         n = sum(1 for _ in path.open(encoding="utf-8"))
@@ -59,19 +55,17 @@ def generate_cmd(
 
 @table2_app.command("run")
 @cli_errors
+@config_flags(ExperimentConfig, ("out",), helps={"out": "experiment directory"})
 def run_cmd(
     config: Annotated[
         Path | None, typer.Option("--config", "-c", help="Experiment config (YAML/JSON).")
     ] = None,
-    out: Annotated[Path | None, typer.Option(help="Experiment directory.")] = None,
     stages: Annotated[
         str | None,
         typer.Option(help="Comma-separated stages to run (default: all, in order)."),
     ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="KEY=VALUE of the config, dotted for a section."),
-    ] = None,
+    *,
+    overrides: dict[str, Any],
 ) -> None:
     """Run the experiment (or some of its stages): arenas, model, replay, data, sft, rl,
     eval-base, eval-sft, eval-rl, table. A stage already complete is skipped; after a kill the
@@ -81,11 +75,9 @@ def run_cmd(
 
     Example: astra-train table2 run -c training/recipes/table2-smollm2-cpu.yaml --stages table
     """
-    from training.table2.experiment import load_experiment, run_experiment
+    from training.table2.config import load_experiment
+    from training.table2.experiment import run_experiment
 
-    overrides = parse_set(set_)
-    if out is not None:
-        overrides["out"] = str(out)
     names = None if stages is None else comma_names(stages, "--stages", "eval-sft,table")
     cfg = load_experiment(config, overrides)
     walls = run_experiment(cfg, names)

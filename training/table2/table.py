@@ -7,18 +7,17 @@ run and of the SFT and RL runs (their loss and reward curves) as ``OUT/report.ht
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from astra_agent.runio import write_json_atomic, write_text_atomic
 from eval.compare import mean_ci
 from eval.report.scores import scores, solved
 from eval.rundir import load_run
-
-if TYPE_CHECKING:
-    from training.table2.experiment import Experiment
+from training.table2.directory import MODELS, Experiment
 
 POOLED = ("a", "b", "c")
 SPLIT_TITLES = {
@@ -80,11 +79,9 @@ def _diff(diffs: list[float], tests: list[dict[str, Any]]) -> dict[str, Any]:
 
 def build_table(x: Experiment) -> dict[str, Any]:
     sets = [*x.cfg.eval.splits, *(["bfcl"] if x.cfg.eval.bfcl_limit else [])]
-    stages = ("base", "sft", "rl")
-    cells = {st: {s: cell(x.eval_dir(st, s)) for s in sets} for st in stages}
-    comparisons = {
-        f"{b} vs {a}": paired(x, a, b, sets) for a, b in (("base", "sft"), ("sft", "rl"))
-    }
+    cells = {st: {s: cell(x.eval_dir(st, s)) for s in sets} for st in MODELS}
+    steps = itertools.pairwise(MODELS)  # each model against the one before it
+    comparisons = {f"{b} vs {a}": paired(x, a, b, sets) for a, b in steps}
     return {"sets": sets, "cells": cells, "comparisons": comparisons}
 
 
@@ -102,15 +99,18 @@ def render_markdown(table: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for s in sets:
-        cs = [table["cells"][st].get(s) for st in ("base", "sft", "rl")]
+        cs = [table["cells"][st].get(s) for st in MODELS]
         n = next((c["n"] for c in cs if c), 0)
         shown = [
             f"{c['mean']:.3f} ± {c['ci95']:.3f} ({c['solved']:.0%} solved)" if c else "–"
             for c in cs
         ]
         lines.append(f"| {SPLIT_TITLES.get(s, s)} | {n} | " + " | ".join(shown) + " |")
-    lines += ["", "| comparison | set | n | mean difference (95% CI) | Wilcoxon p | McNemar p |",
-              "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    lines += [
+        "",
+        "| comparison | set | n | mean difference (95% CI) | Wilcoxon p | McNemar p |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for name, per in table["comparisons"].items():
         for s, d in per.items():
             lines.append(
@@ -131,14 +131,23 @@ def write_table(x: Experiment) -> dict[str, Any]:
     console.print(md, soft_wrap=True, markup=False, highlight=False)
     runs = [
         str(x.eval_dir(st, s))
-        for st in ("base", "sft", "rl")
+        for st in MODELS
         for s in table["sets"]
         if (x.eval_dir(st, s) / "summary.json").is_file()
     ]
     runs += [str(x.path(t)) for t in ("sft", "rl") if (x.path(t) / "metrics.jsonl").is_file()]
     if runs:
-        x.run("table", "eval", "report", *runs, "--out", str(x.path("report.html")),
-              "--overwrite", "--title", "Table 2 in miniature")  # fmt: skip
+        x.run(
+            "table",
+            "eval",
+            "report",
+            *runs,
+            "--out",
+            str(x.path("report.html")),
+            "--overwrite",
+            "--title",
+            "Table 2 in miniature",
+        )
     return table
 
 

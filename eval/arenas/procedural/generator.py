@@ -1,6 +1,8 @@
 """Procedural arenas: seeded, deterministic arena records in the project's ASTRA-RL shape, with
 training domains, held-out domains and held-out chain signatures (the paper's Table 2 in
-miniature measures transfer on them).
+miniature measures transfer on them). They live beside the hand-written arena set
+(:data:`eval.arenas.DATA_DIR`): arena data, made by a program instead of by hand, that training
+and evaluation both read.
 
 Each domain of ``domains.yaml`` is a chain of three entity types (an order → its customer → the
 customer's store), each with two attributes; its tools are one *link* tool per hop
@@ -41,21 +43,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from astra_agent.claim import Claim, Refusal
 from astra_agent.errors import ConfigError
 from astra_agent.runio import file_sha256, write_lines_atomic
-from training.table2.values import ValueKind, make_value
+from eval.arenas.procedural.values import Attr, make_value
 
 DOMAINS_FILE = Path(__file__).with_name("domains.yaml")
 SPLITS = ("train", "a", "b", "c")
 KINDS = ("attr", "hop", "hop2", "both", "pair")
 TABLE_ROWS = 24  # entities per type and domain
 _SIGNATURE_SALT = "astra-table2-signature-v1"  # fixed: the held-out signatures never move
-
-
-class Attr(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    field: str = Field(pattern=r"^[a-z][a-z_]*$")
-    label: str
-    kind: ValueKind
-    values: list[str] = Field(default_factory=list)
 
 
 class Entity(BaseModel):

@@ -1,22 +1,32 @@
-"""How the procedural arenas' attribute values are made: each kind (an amount, a date, a
-person, a city…) from the arena's seeded random generator, always at least 3 characters (the
-arena matcher's shortest gold answer)."""
+"""The procedural arenas' attributes (:class:`Attr`) and how their values are made: each kind
+(an amount, a date, a person, a city…) from the arena's seeded random generator, always at least
+3 characters (the arena matcher's shortest gold answer)."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.errors import ConfigError
-
-if TYPE_CHECKING:
-    from training.table2.arenagen import Attr
 
 ValueKind = Literal[
     "amount", "date", "int", "year", "email", "city", "person", "phone", "code", "country",
     "company", "time", "choice",
 ]  # fmt: skip
+
+
+class Attr(BaseModel):
+    """An attribute of an entity: its field (the tool's name part), its label in questions, its
+    kind of value, and the values a ``choice`` takes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    field: str = Field(pattern=r"^[a-z][a-z_]*$")
+    label: str
+    kind: ValueKind
+    values: list[str] = Field(default_factory=list)
 
 
 _FIRST = ("Ada", "Bruno", "Chiara", "Dmitri", "Elena", "Farid", "Greta", "Hugo", "Ines",
