@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from astra_agent.sandbox import SandboxLimits
 from training.device import TRLOptions
-from training.run import ConvertOptions, TrainingConfig
+from training.run import TrainingConfig
 from training.verl_job import VerlJobOptions
 
 
@@ -125,7 +125,6 @@ class RLConfig(TrainingConfig):
         default_factory=list,
         description="held-out arena records, evaluated every eval_every steps (repeatable)",
     )
-    output_dir: Path = Field(description="run directory")
     steps: int = Field(100, ge=1, description="optimizer steps (one per batch)")
     group_size: int = Field(8, ge=2, description="rollouts per prompt (GRPO group)")
     batch_groups: int = Field(256, ge=1, description="valid prompt groups per step (paper: 256)")
@@ -144,14 +143,12 @@ class RLConfig(TrainingConfig):
     save_total_limit: int = Field(2, ge=1)
     eval_every: int = Field(0, ge=0, description="held-out evaluation every N steps (0: off)")
     eval_limit: int | None = Field(None, ge=1, description="held-out tasks per evaluation")
-    resume: bool = Field(True, description="continue from the newest complete checkpoint")
     abf: ABFOptions = Field(default_factory=ABFOptions)
     rollout: RolloutOptions = Field(default_factory=RolloutOptions)
     sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
     unsafe_no_sandbox: bool = False
     trl: TRLOptions = Field(default_factory=TRLOptions)
     verl: VerlRLOptions = Field(default_factory=VerlRLOptions)
-    convert: ConvertOptions = Field(default_factory=ConvertOptions)
 
     @field_validator("sandbox")
     @classmethod
