@@ -136,7 +136,12 @@ def swap_into_place(ready: Path, dst: Path) -> None:
     old = dst.parent / f".{dst.name}.old-{os.getpid()}"
     if dst.exists():
         dst.rename(old)
-    ready.rename(dst)
+    try:
+        ready.rename(dst)
+    except OSError:
+        if old.exists() and not dst.exists():
+            old.rename(dst)  # the old one back where it was: nothing lost
+        raise
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -293,10 +293,12 @@ def up(
     Where vLLM is not installed, --engine hf serves the same API from transformers (loopback,
     slower): astra-serve up --model DIR --profile instruct-cpu --engine hf --device cuda
     """
+    from serving.devices import check_device
     from serving.server import ModelServer
 
     flags = {"tensor_parallel_size": tensor_parallel_size, "api_key": api_key}
     cfg = _serve_config(model, profile, config, **deep_merge(overrides, flags))
+    check_device(cfg.device)  # a GPU absent or a device torch has no name for: before loading
     server = ModelServer(cfg)
     if dry_run:
         line = server.shell_command()

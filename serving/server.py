@@ -379,7 +379,9 @@ class ModelServer:
         assert cfg.model is not None
         # Imported here: reading a checkpoint needs torch (seconds), the CLI's --help does not.
         from serving.checkpoint import open_hf_checkpoint
+        from serving.devices import check_device
 
+        check_device(cfg.device)  # before anything loads: a GPU asked for and absent is refused
         ckpt = open_hf_checkpoint(Path(cfg.model))  # a clear error if it is not a checkpoint
         if not is_loopback(cfg.host) and not cfg.api_key:
             raise ConfigError(

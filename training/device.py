@@ -9,7 +9,8 @@ trained 7.1× as many tokens a second as in float32 on the 2-core Xeon of DESIGN
 models"). Elsewhere bfloat16 is emulated, slower than float32: ``auto`` falls back to float32
 there, saying why, and an explicit ``bfloat16`` is refused. Whether the CPU computes it is
 ``serving.cpu``'s answer (its flags, and an instruction-set cap on oneDNN), which serving's
-``dtype: auto`` shares.
+``dtype: auto`` shares. A ``trl.device`` this machine lacks (``cuda`` without a GPU) is refused,
+as serving's ``--device`` is (``serving.devices``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from astra_agent.errors import ConfigError
 from serving.cpu import bf16_missing
+from serving.devices import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +57,10 @@ def bf16_unsupported(device: str) -> str | None:
 
 
 def device_of(cfg: Any) -> str:
-    """The device of ``cfg.trl.device`` (an SFT or RL config); ``auto``: CUDA if present."""
-    if cfg.trl.device != "auto":
-        return str(cfg.trl.device)
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """The device of ``cfg.trl.device`` (an SFT or RL config); ``auto``: CUDA if present.
+    ``cuda`` where torch sees no GPU is a ConfigError (``serving.devices``), not a run on the
+    CPU: the TRL runs ask this before the model is loaded."""
+    return resolve_device(str(cfg.trl.device), "trl.device")
 
 
 def trains_in_bf16(dtype: str, device: str) -> bool:

@@ -320,3 +320,29 @@ def test_threads_writing_one_file_never_leave_half_of_one(tmp_path: Path) -> Non
         t.join()
     assert p.read_text() in texts
     assert [x.name for x in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_a_failed_swap_puts_the_old_directory_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new directory cannot be renamed in (a full or read-only parent, a busy name): the
+    old one is renamed back, so `dst` still holds it whole, and the error is raised."""
+    from astra_agent.runio import swap_into_place
+
+    dst, ready = tmp_path / "model", tmp_path / ".model.partial-1"
+    dst.mkdir()
+    (dst / "weights").write_text("old")
+    ready.mkdir()
+    (ready / "weights").write_text("new")
+    rename = Path.rename
+
+    def refuse_ready(self: Path, target: Any) -> Path:
+        if self == ready:
+            raise OSError(16, "Device or resource busy")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", refuse_ready)
+    with pytest.raises(OSError, match="busy"):
+        swap_into_place(ready, dst)
+    assert (dst / "weights").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.partial-1", "model"]

@@ -3,6 +3,7 @@ says why where it does not, and a refusal of an explicit bfloat16 there."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from astra_agent.errors import ConfigError
-from serving import cpu
+from serving import cpu, devices
 from tests.training.conftest import ARENA_TRAIN
 from training import device
 from training.sft.config import SFTConfig
@@ -156,3 +157,76 @@ def test_a_bf16_sft_run_trains_with_finite_loss_and_saves_float32_weights(
     with safe_open(str(result.final / "model.safetensors"), framework="pt") as f:
         dtypes = {f.get_slice(k).get_dtype() for k in f.keys()}  # noqa: SIM118
     assert dtypes == {"F32"}
+
+
+# ------------------------------------------------------------------ trl.device
+
+NO_GPU = "torch sees no CUDA device here (a test double)"
+
+
+def _sft_cfg(model: Path, data: Path, out: Path, trl_device: str) -> SFTConfig:
+    return SFTConfig.model_validate(
+        {"model": model, "train_files": [data], "output_dir": out, "max_length": 4096,
+         "global_batch_size": 1, "trl": {"device": trl_device, "dtype": "float32"}}
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("gpus", "want"), [(0, "cpu"), (1, "cuda")])
+def test_trl_device_auto_is_cuda_where_there_is_a_gpu_else_the_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpus: int, want: str
+) -> None:
+    monkeypatch.setattr(devices, "_cuda_devices", lambda: (gpus, None if gpus else NO_GPU))
+    cfg = _sft_cfg(tmp_path, tmp_path / "x.parquet", tmp_path / "o", "auto")
+    assert device.device_of(cfg) == want
+    cpu_only = _sft_cfg(tmp_path, tmp_path / "x.parquet", tmp_path / "o", "cpu")
+    assert device.device_of(cpu_only) == "cpu"
+
+
+def test_trl_device_cuda_without_a_gpu_is_refused_before_anything_is_written(
+    random_tiny: Path, arena_parquet: Path, tiny_fp32: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """SFT and RL: the GPU asked for is not there, so neither trains (on the CPU instead);
+    the model is not loaded and no run directory is written."""
+    from training.rl.config import RLConfig
+    from training.rl.trl import run_trl as run_rl
+    from training.sft import trl as sft_trl
+
+    monkeypatch.setattr(devices, "_cuda_devices", lambda: (0, NO_GPU))
+    monkeypatch.setattr(sft_trl, "load_model", lambda cfg: pytest.fail("the model was loaded"))
+    sft = _sft_cfg(random_tiny, arena_parquet, tmp_path / "sft", "cuda")
+    rl = RLConfig.model_validate(
+        {"model": tiny_fp32, "train_files": [ARENA_TRAIN], "output_dir": tmp_path / "rl",
+         "group_size": 2, "batch_groups": 1, "micro_batch_size": 1,
+         "rollout": {"engine": "hf"}, "trl": {"device": "cuda"}}
+    )  # fmt: skip
+    for run, cfg in ((sft_trl.run_trl, sft), (run_rl, rl)):
+        with pytest.raises(ConfigError) as exc:
+            run(cfg)
+        assert exc.value.message == (
+            f"trl.device 'cuda': a GPU asked for, but {NO_GPU}; accepted here: auto, cpu"
+        )
+        assert "--set trl.device=cpu" in (exc.value.hint or "")
+        assert not cfg.output_dir.exists()
+
+
+def test_astra_train_sft_with_trl_device_cuda_on_a_machine_without_a_gpu_exits_2(
+    random_tiny: Path, arena_parquet: Path, tmp_path: Path
+) -> None:
+    """As the user runs it, no GPU visible (CUDA_VISIBLE_DEVICES empty: a GPU machine too)."""
+    from tests.conftest import run_module
+
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({
+        "model": str(random_tiny), "train_files": [str(arena_parquet)], "max_length": 4096,
+        "output_dir": str(tmp_path / "run"), "global_batch_size": 1, "max_steps": 1,
+        "convert": {"enabled": False},
+    }))  # fmt: skip
+    out = run_module(
+        "training.cli", "sft", "--config", str(recipe), "--set", "trl.device=cuda", timeout=300,
+        env={"CUDA_VISIBLE_DEVICES": "", "COLUMNS": "300"},
+    )  # fmt: skip
+    err = " ".join(out.stderr.split())
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "error: trl.device 'cuda': a GPU asked for, but " in err, err
+    assert "accepted here: auto, cpu" in err and "(--set trl.device=cpu)" in err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
