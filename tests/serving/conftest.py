@@ -7,13 +7,29 @@ same assertions."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 
 from serving.endpoint_check import CHECK_MESSAGES, CHECK_TOOL, check_endpoint
+from serving.server import ModelServer, free_port, load_serve_config
 
 CALL_ARGS = {"timezone": "UTC"}  # what the scripted checkpoint passes to the check tool
+
+
+@pytest.fixture(scope="module")
+def hf_server(tiny_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServer]:
+    """``astra-serve up --engine hf``'s server on the scripted tiny checkpoint, per module."""
+    log = tmp_path_factory.mktemp("hf") / "hf.log"
+    cfg = load_serve_config(
+        "tiny-cpu", model=tiny_bf16, port=free_port(), engine="hf", log_file=log,
+        max_model_len=1024,
+    )  # fmt: skip
+    with ModelServer(cfg) as server:
+        yield server
 
 
 def _ask(client: openai.OpenAI, messages: list[Any]) -> Any:

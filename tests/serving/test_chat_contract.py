@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from serving.server import ModelServer, free_port, load_serve_config
+from serving.server import ModelServer
 
 pytestmark = pytest.mark.integration
 
@@ -148,15 +146,6 @@ CASES = [
     Bad("n-2", _body(n=2), "n", vllm=200, note="vLLM samples n choices; this server one"),
     Bad("unknown-model", _body(model="nope"), "model", hf=404, vllm=404),
 ]
-
-
-@pytest.fixture(scope="module")
-def hf_server(tiny_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServer]:
-    log = tmp_path_factory.mktemp("hf-contract") / "hf.log"
-    cfg = load_serve_config("tiny-cpu", model=tiny_bf16, port=free_port(), engine="hf",
-                            log_file=log, max_model_len=1024)  # fmt: skip
-    with ModelServer(cfg) as server:
-        yield server
 
 
 @pytest.fixture(params=["hf", "vllm"])

@@ -4,7 +4,6 @@ scripted tiny checkpoint and on the real model."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,15 +19,6 @@ from tests.serving.conftest import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def hf_server(tiny_bf16: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServer]:
-    log = tmp_path_factory.mktemp("hf") / "hf.log"
-    cfg = load_serve_config("tiny-cpu", model=tiny_bf16, port=free_port(), engine="hf",
-                            log_file=log, max_model_len=1024)  # fmt: skip
-    with ModelServer(cfg) as server:
-        yield server
 
 
 def _client(server: ModelServer) -> openai.OpenAI:
