@@ -243,6 +243,9 @@ def turn_of(r: Any) -> ModelTurn:
         finish_reason=_finish(choice),
         prompt_tokens=_tokens(usage, "prompt_tokens"),
         completion_tokens=_tokens(usage, "completion_tokens"),
+        # whether the reply carried a tool_calls list (vLLM sends [] with a text reply): a
+        # benchmark that stores replies as the official handlers do needs the difference
+        raw={"tool_calls_list": isinstance(msg.get("tool_calls"), list)},
     )
 
 

@@ -1,8 +1,10 @@
 """Benchmark: `astra-eval bfcl` against the official BFCL pipeline on the same replay model.
 
-For each category, a replay server (ground-truth calls over real HTTP, a fake model) serves the
-model name of a function-calling registry entry of the official package that talks to any
-OpenAI-compatible chat endpoint. Then, in the same run:
+For each category (all that run offline by default), a replay server (a fake model over real
+HTTP: multi-turn, the ground-truth calls; single-turn, per entry the gold answer or one of its
+mutations, so that scores are not all 100) serves the model name of a function-calling
+registry entry of the official package that talks to any OpenAI-compatible chat endpoint.
+Then, in the same run:
   * ours: `astra-eval bfcl --concurrency 16` in its own process (inference through
     `run_episode`, then scoring);
   * official: `bfcl generate --num-threads 16` then `bfcl evaluate` (which has no thread
@@ -34,8 +36,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from eval.bfcl.official import CATEGORIES, OFFICIAL_FC_MODEL, load_category
-from eval.bfcl.runner import BFCLSummary
+from eval.bfcl.categories import MULTI_TURN, RUNNABLE, official_name
+from eval.bfcl.official import OFFICIAL_FC_MODEL
+from eval.bfcl.runner import BFCLSummary, category_entries
 from eval.results import SUMMARY
 
 
@@ -56,6 +59,7 @@ def replay_server(category: str) -> Iterator[str]:
             str(port),
             "--model",
             OFFICIAL_FC_MODEL,
+            *([] if category in MULTI_TURN else ["--mixed"]),
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -86,10 +90,10 @@ def run_official(
         "OPENAI_API_KEY": "replay",
         "BFCL_PROJECT_ROOT": str(work),
     }
-    cat = f"multi_turn_{category}"
+    cat = official_name(category)
     select = ["--test-category", cat]
     if limit:  # the official way to run some entries only: its id file
-        ids = [e.id for e in load_category(category)[:limit]]
+        ids = [e.id for e in category_entries(category)[:limit]]
         (work / "test_case_ids_to_generate.json").write_text(json.dumps({cat: ids}))
         select = ["--run-ids"]
     t0 = time.perf_counter()
@@ -167,7 +171,7 @@ def run_ours(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--categories", default=",".join(CATEGORIES))
+    ap.add_argument("--categories", default=",".join(RUNNABLE))
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--workdir", type=Path, default=Path("bench/out/bfcl"))
     ap.add_argument("--official-venv", type=Path, default=Path(".venv-bfcl"))
@@ -178,7 +182,7 @@ def main() -> None:
     shutil.rmtree(workdir, ignore_errors=True)
     rows = []
     for category in args.categories.split(","):
-        entries = list(load_category(category))[: args.limit]
+        entries = list(category_entries(category))[: args.limit]
         with replay_server(category) as base_url:
             ours = run_ours(
                 category, base_url, workdir / "ours" / category, args.threads, args.limit
@@ -188,7 +192,7 @@ def main() -> None:
             )
         rows.append((category, len(entries), *ours, *official))
     print(
-        f"{'category':<14}{'entries':>8}{'ours acc':>10}{'ours s':>9}{'official acc':>14}"
+        f"{'category':<24}{'entries':>8}{'ours acc':>10}{'ours s':>9}{'official acc':>14}"
         f"{'generate s':>12}{'evaluate s':>12}{'speed-up':>10}"
     )
     tot_ours = tot_off = 0.0
@@ -196,7 +200,7 @@ def main() -> None:
         tot_ours += wall
         tot_off += gen + ev
         print(
-            f"{cat:<14}{n:>8}{acc:>10.1f}{wall:>9.1f}{oacc:>14.1f}{gen:>12.1f}{ev:>12.1f}"
+            f"{cat:<24}{n:>8}{acc:>10.1f}{wall:>9.1f}{oacc:>14.1f}{gen:>12.1f}{ev:>12.1f}"
             f"{(gen + ev) / wall:>9.1f}x"
         )
     same = all(abs(r[2] - r[4]) < 1e-9 for r in rows)

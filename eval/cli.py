@@ -5,6 +5,7 @@ compare two runs, report on runs. The commands and their flags live here; what e
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -72,10 +73,15 @@ def _progress(label: str, score: Callable[[Any], str]) -> Iterator[Callable[[Any
     )
     with bar:
         job = bar.add_task(label, total=None, score="")
+        last = [0.0]  # when the score was last computed: at most twice a second (O(records))
 
         def hook(event: ProgressEvent[Any]) -> None:
-            text = score(list(event.records)) if event.records else ""
-            bar.update(job, total=event.total, completed=event.done, score=text)
+            now = time.monotonic()
+            final = event.total is not None and event.done >= event.total
+            if event.records and (final or now - last[0] >= 0.5):
+                last[0] = now
+                bar.update(job, score=score(list(event.records)))
+            bar.update(job, total=event.total, completed=event.done)
 
         yield hook
 
@@ -172,16 +178,28 @@ def _set_names(overrides: dict[str, Any], key: str, text: str | None, example: s
 def bfcl(
     ctx: typer.Context,
     categories: Annotated[
-        str | None, typer.Option(help="Comma-separated (default: all four).", show_default=False)
+        str | None,
+        typer.Option(
+            help="Comma-separated categories and groups: non_live, live, single_turn, "
+            "multi_turn, all (every category that runs here), or names such as simple_python, "
+            "live_simple, irrelevance, base (default: the four multi-turn categories).",
+            show_default=False,
+        ),
     ] = None,
     ids: Annotated[str | None, typer.Option(help="Comma-separated entry ids.")] = None,
     *,
     overrides: dict[str, Any],
 ) -> None:
-    """Run BFCL-V3 multi-turn through the agent loop; score with the official semantics.
-    An overall over fewer than the four categories is marked partial.
+    """Run BFCL (V4 data of the pinned bfcl-eval) against an OpenAI-compatible endpoint in
+    function-calling mode: multi-turn through the agent loop, single-turn (non-live, live) one
+    request an entry; score with the official semantics. Shows the accuracy per category, the
+    multi-turn overall, and the V4 and V3 overall scores, each marked partial with what did not
+    run. Categories that cannot run here (web search, memory, format sensitivity) are refused
+    by name, with the reason.
 
     Example: astra-eval bfcl --base-url http://127.0.0.1:8000/v1 --concurrency 16 --out runs/bfcl
+
+    Example: astra-eval bfcl --categories all --limit 20 --out runs/bfcl-all
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -203,7 +221,9 @@ def bfcl_parity(
         Path | None,
         typer.Option(
             help="Also score the run with the official `bfcl evaluate` of this executable "
-            "(a virtualenv with bfcl-eval and all its pins; make setup: .venv-bfcl/bin/bfcl)."
+            "(a virtualenv with bfcl-eval and all its pins; make setup: .venv-bfcl/bin/bfcl). "
+            "Single-turn entries are always checked in that environment (default: "
+            ".venv-bfcl under the working directory)."
         ),
     ] = None,
 ) -> None:
@@ -222,7 +242,7 @@ def bfcl_parity(
     # Each id once (the later record of a --retry-errors run wins), as plain JSON.
     records = [r.model_dump(mode="json") for r in read_results(path, BFCLRecord).values()]
     files = export_official(records, out / "official", "astra")
-    checks = [("the official checker", compare(records))]
+    checks = [("the official checker", compare(records, official_bfcl))]
     if official_bfcl is not None:
         checks.append(("the official `bfcl evaluate`", official_evaluate(records, official_bfcl)))
     compared = len(comparable(records))

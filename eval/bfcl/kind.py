@@ -1,6 +1,6 @@
-"""BFCL-V3 multi-turn as its runs' readers see it (:class:`eval.run.EvalKind`): records
-and summary, the pairing of two runs (verdict per entry, McNemar), the report section and the
-CLI table."""
+"""BFCL (every category this harness runs) as its runs' readers see it
+(:class:`eval.run.EvalKind`): records and summary, the pairing of two runs (verdict per
+entry, McNemar), the report section and the CLI table."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from astra_agent.console import console
-from eval.bfcl.official import CATEGORIES
+from eval.bfcl.categories import RUNNABLE
 from eval.bfcl.report import bfcl_section
 from eval.bfcl.runner import (
     NAME,
@@ -52,22 +52,65 @@ def _tests(rows: list[Row]) -> Tested:
 
 
 def _category_order(name: str) -> tuple[int, str]:
-    return (CATEGORIES.index(name), "") if name in CATEGORIES else (len(CATEGORIES), name)
+    return (RUNNABLE.index(name), "") if name in RUNNABLE else (len(RUNNABLE), name)
 
 
 def _progress(records: list[Any]) -> str:
-    return "  ".join(f"{c} {a:.1f}" for c, a in summarize(records).accuracy.items())
+    """The running accuracy of the categories seen so far (the last six when many run)."""
+    seen: dict[str, list[int]] = {}
+    for r in records:
+        n = seen.setdefault(r.category, [0, 0])
+        n[0] += bool(r.valid)
+        n[1] += 1
+    return "  ".join(f"{c} {100 * v / n:.1f}" for c, (v, n) in list(seen.items())[-6:])
 
 
 def _show(summary: BFCLSummary) -> None:
-    table = Table(title=f"BFCL-V3 multi-turn: {summary.entries} entries, {summary.model}")
+    acc = summary.accuracy
+    if any(c in acc for c in CATS):
+        _show_multi_turn(summary)
+    single = [c for c in acc if c not in CATS]
+    if single:
+        table = Table(title=f"BFCL single-turn: {summary.model}")
+        for col in ("category", "entries", "accuracy"):
+            table.add_column(col, justify="right")
+        for c in single:
+            table.add_row(c, str(summary.counts.get(c, "")), f"{acc[c]:.2f}")
+        console.print(table)
+    for label, groups, total in (
+        ("V4", summary.v4_groups, summary.v4_overall),
+        ("V3", summary.v3_groups, summary.v3_overall),
+    ):
+        if total is None:
+            continue
+        parts = ", ".join(
+            f"{g} {s.value:.2f}" + ("*" if s.missing else "") for g, s in groups.items()
+        )
+        console.print(
+            f"BFCL {label} overall {total.value:.2f}"
+            + (" (partial*)" if total.missing else "")
+            + f": {parts}"
+        )
+    missing = sorted({c for t in (summary.v4_overall, summary.v3_overall) if t for c in t.missing})
+    if missing:
+        console.print(
+            "* partial: not run, counted 0 as the official evaluator counts them: "
+            + ", ".join(missing)
+        )
+    if summary.errors:
+        console.print("failures: " + ", ".join(f"{k}={v}" for k, v in summary.errors.items()))
+
+
+def _show_multi_turn(summary: BFCLSummary) -> None:
+    table = Table(title=f"BFCL-V3 multi-turn: {summary.model}")
     for col in ("model", "overall", *CATS):
         table.add_column(col, justify="right")
     acc = summary.accuracy
     partial = summary.overall_partial
+    overall = "-" if summary.overall is None else f"{summary.overall:.2f}"
     table.add_row(
         f"{summary.model} (measured)",
-        f"{summary.overall:.2f}" + (" (partial)" if partial else ""),
+        overall + (" (partial)" if partial else ""),
         *(f"{acc[c]:.2f}" if c in acc else "-" for c in CATS),
     )
     for name, row in PUBLISHED.items():
@@ -78,12 +121,11 @@ def _show(summary: BFCLSummary) -> None:
         )
     console.print(table)
     if partial:
+        n = sum(c in acc for c in CATS)
         console.print(
-            f"{overall_label(acc, partial)}: the mean of {len(acc)} of 4 categories, not "
+            f"{overall_label(acc, partial)}: the mean of {n} of 4 categories, not "
             "comparable with the published overall"
         )
-    if summary.errors:
-        console.print("failures: " + ", ".join(f"{k}={v}" for k, v in summary.errors.items()))
 
 
 BFCL = EvalKind(

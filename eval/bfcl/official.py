@@ -25,6 +25,8 @@ OFFICIAL_FC_MODEL = "openbmb/MiniCPM-SALA-FC"
 
 
 def package_dir() -> Path:
+    """The installed bfcl-eval's package directory; an error if it is missing or is not the
+    pinned release (its data, gold answers and checker semantics are what is scored)."""
     try:
         import bfcl_eval
     except ImportError as exc:
@@ -32,7 +34,23 @@ def package_dir() -> Path:
             f"bfcl-eval is not installed (make setup installs bfcl-eval=={PINNED} "
             "without its dependencies)"
         ) from exc
+    installed = installed_version()
+    if installed != PINNED:
+        raise ConfigError(
+            f"bfcl-eval {installed} is installed, but this harness is pinned to {PINNED} (its "
+            "data, gold answers and checker semantics are what it scores and holds parity with)",
+            hint=f"pip install --no-deps bfcl-eval=={PINNED} (make setup does)",
+        )
     return Path(bfcl_eval.__file__).parent
+
+
+def installed_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bfcl-eval")
+    except PackageNotFoundError:
+        return None
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:

@@ -1,4 +1,6 @@
-"""Score our runs with the official decoder and checker (``bfcl-eval``), verdict by verdict.
+"""Score our runs with the official decoder and checker (``bfcl-eval``), verdict by verdict:
+multi-turn entries in this process, single-turn ones by the official pipeline in its own
+environment (:mod:`eval.bfcl.official_single`); or export them for ``bfcl evaluate`` itself.
 
 The official checker keeps backend instances in module globals keyed by model name and entry
 id, and never removes them: each call here uses a fresh name and drops its instances after.
@@ -10,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -18,6 +21,7 @@ from typing import Any
 
 from astra_agent.errors import ConfigError
 from astra_agent.runio import read_json_lines
+from eval.bfcl.categories import LIVE, MULTI_TURN, NON_LIVE, RUNNABLE, official_name
 from eval.bfcl.official import CATEGORIES, OFFICIAL_FC_MODEL, Entry, load_category
 
 _names = itertools.count()
@@ -99,26 +103,41 @@ def official_decode(responses: list[list[Any]]) -> list[list[list[str]]]:
 
 
 def export_official(records: list[dict[str, Any]], out_dir: Path, model: str) -> list[Path]:
-    """Our records in the official result-file layout: ``result`` holds, per turn and step,
-    the raw model response as a function-calling handler stores it (``[{name: json_args}]``
-    or the text), for ``bfcl evaluate`` to decode and score itself."""
-    target = out_dir / model.replace("/", "_") / "multi_turn"
-    target.mkdir(parents=True, exist_ok=True)
+    """Our records in the official result-file layout (``<model>/<group>/BFCL_v4_<category>
+    _result.json``): ``result`` holds what a function-calling handler stores, per turn and
+    step for multi-turn (``[{name: json_args}]`` or the text), the reply for single-turn, for
+    ``bfcl evaluate`` to decode and score itself."""
     files = []
-    for cat in CATEGORIES:
+    for cat in RUNNABLE:
         rows = sorted(
             (r for r in records if r["category"] == cat),
-            key=lambda r: int(r["id"].rsplit("_", 1)[1]),
+            key=lambda r: _index(r["id"]),
         )
         if not rows:
             continue
-        path = target / f"BFCL_v4_multi_turn_{cat}_result.json"
+        target = out_dir / model.replace("/", "_") / _GROUP_DIR[cat]
+        target.mkdir(parents=True, exist_ok=True)
+        path = target / f"BFCL_v4_{official_name(cat)}_result.json"
         with path.open("w") as f:
             for r in rows:
-                result = r.get("responses", r["decoded"])
+                multi = cat in MULTI_TURN
+                result = r.get("responses", r["decoded"]) if multi else r.get("result")
                 f.write(json.dumps({"id": r["id"], "result": result}) + "\n")
         files.append(path)
     return files
+
+
+_GROUP_DIR = {
+    **{c: "non_live" for c in NON_LIVE},
+    **{c: "live" for c in LIVE},
+    **{c: "multi_turn" for c in MULTI_TURN},
+}
+
+
+def _index(id_: str) -> tuple[int, ...]:
+    """An entry id's numbers, in order (``live_simple_3-2-0`` → (3, 2, 0)): the official
+    files' order."""
+    return tuple(int(n) for n in re.findall(r"\d+", id_.rsplit("_", 1)[-1]))
 
 
 def comparable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -141,16 +160,47 @@ def _differences(
     return out
 
 
-def compare(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def compare(records: list[dict[str, Any]], bfcl: Path | None = None) -> list[dict[str, Any]]:
     """Every record whose verdict differs from the official checker's (empty: full parity).
-    The official side decodes the raw responses itself, so our decoding is checked too."""
-    entries = {e.id: e for c in CATEGORIES for e in load_category(c)}
+    The official side decodes the raw responses itself, so our decoding is checked too.
+    Multi-turn entries are checked in this process (the official multi-turn checker imports
+    only the standard library); single-turn ones by the official pipeline in its own
+    environment, whose ``bfcl`` executable is ``bfcl`` (its interpreter beside it)."""
+    multi = [r for r in records if r["category"] in MULTI_TURN]
+    single = [r for r in comparable(records) if r["category"] not in MULTI_TURN]
+    entries = {e.id: e for c in CATEGORIES for e in load_category(c)} if multi else {}
 
     def official(r: dict[str, Any]) -> Verdict:
         turns = official_decode(r["responses"]) if "responses" in r else r["decoded"]
         return official_verdict(entries[r["id"]], turns)
 
-    return _differences(records, official)
+    out = _differences(multi, official)
+    if single:
+        from eval.bfcl.official_single import official_verdicts
+
+        python = _official_python(bfcl)
+        cases = [
+            {"case": "record", "category": r["category"], "id": r["id"], "result": r.get("result")}
+            for r in single
+        ]
+        verdicts = dict(
+            zip((r["id"] for r in single), official_verdicts(cases, python), strict=True)
+        )
+        out += _differences(single, lambda r: verdicts[r["id"]])
+    return out
+
+
+def _official_python(bfcl: Path | None) -> Path:
+    """The interpreter of the official pipeline's environment: beside ``bfcl``, else the
+    project's ``.venv-bfcl`` under the working directory."""
+    python = (bfcl.parent if bfcl else Path(".venv-bfcl/bin")) / "python"
+    if not python.is_file():
+        raise ConfigError(
+            f"single-turn entries are scored by the official pipeline in its own environment, "
+            f"and there is no {python}",
+            hint="make setup creates .venv-bfcl; or pass --official-bfcl PATH/TO/bin/bfcl",
+        )
+    return python
 
 
 def run_bfcl_evaluate(
@@ -166,7 +216,7 @@ def run_bfcl_evaluate(
             f"no official bfcl executable at {bfcl} (make setup creates .venv-bfcl/bin/bfcl)"
         )
     env = {**os.environ, "BFCL_PROJECT_ROOT": str(score_dir.parent), "OPENAI_API_KEY": "unused"}
-    cats = ",".join(f"multi_turn_{c}" for c in categories)
+    cats = ",".join(official_name(c) for c in categories)
     run = subprocess.run(
         [str(bfcl), "evaluate", "--model", model, "--partial-eval", "--test-category", cats,
          "--result-dir", str(result_dir), "--score-dir", str(score_dir)],
@@ -174,12 +224,19 @@ def run_bfcl_evaluate(
     )  # fmt: skip
     out = {}
     for cat in categories:
-        scores = list(score_dir.rglob(f"BFCL_v4_multi_turn_{cat}_score.json"))
+        scores = list(score_dir.rglob(f"BFCL_v4_{official_name(cat)}_score.json"))
         if run.returncode != 0 or not scores:
             tail = (run.stdout + run.stderr)[-1500:]
             raise ConfigError(f"official bfcl evaluate failed for {cat}:\n{tail}")
         out[cat] = read_json_lines(scores[0])
     return out
+
+
+def _error_type(line: dict[str, Any]) -> str | None:
+    """A score-file line's error type: beside its error list (single-turn) or inside its
+    error object (multi-turn)."""
+    error = line.get("error")
+    return line.get("error_type") or (error.get("error_type") if isinstance(error, dict) else None)
 
 
 def official_evaluate(records: list[dict[str, Any]], bfcl: Path) -> list[dict[str, Any]]:
@@ -194,5 +251,5 @@ def official_evaluate(records: list[dict[str, Any]], bfcl: Path) -> list[dict[st
         cats = sorted({r["category"] for r in records})
         scores = run_bfcl_evaluate(bfcl, work / "result", work / "score", cats, OFFICIAL_FC_MODEL)
         for lines in scores.values():
-            failing.update((x["id"], x["error"].get("error_type")) for x in lines[1:])
+            failing.update((x["id"], _error_type(x)) for x in lines[1:])
     return _differences(records, lambda r: (r["id"] not in failing, failing.get(r["id"])))

@@ -1,18 +1,25 @@
 """A scripted model that answers each BFCL entry with its ground-truth calls (tests, benches).
 
-Per turn: the turn's ground-truth calls as one step of parallel calls, then a short answer that
-ends the turn. The entry and turn are found from the user messages so far. A fake model.
+Multi-turn, per turn: the turn's ground-truth calls as one step of parallel calls, then a short
+answer that ends the turn. The entry and turn are found from the user messages so far.
+Single-turn: the gold answer as calls (irrelevance: a text; relevance: a call of the first
+function), or, ``mixed``, one case of the mutation corpus per entry, picked by the entry id's
+hash among those a chat reply can carry (so that scores are not all 100). The entry is found
+from its messages and the tools' names. A fake model.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import zlib
 from typing import Any
 
 from astra_agent.testing.scripted_server import Reply, Script
 from eval.bfcl.backend import method_table, new_instances, parse_call
+from eval.bfcl.categories import MULTI_TURN, RELEVANCE, RUNNABLE
 from eval.bfcl.official import CATEGORIES, Entry, load_category
+from eval.bfcl.single import SingleEntry, fc_tools, load_single, messages
 
 
 def json_calls(calls: list[str], table: dict[str, Any]) -> list[tuple[str, str]]:
@@ -26,11 +33,71 @@ def json_calls(calls: list[str], table: dict[str, Any]) -> list[tuple[str, str]]
     return out
 
 
-def replay_script(entries: list[Entry] | None = None) -> Script:
+def _key(msgs: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+    names = [t["function"]["name"] for t in tools or []]
+    return json.dumps([[m.get("role"), m.get("content")] for m in msgs] + names)
+
+
+def _servable(result: Any) -> bool:
+    """A stored result a chat reply can carry: a text, or calls with text arguments."""
+    if isinstance(result, str):
+        return True
+    return (
+        isinstance(result, list)
+        and bool(result)
+        and all(
+            isinstance(c, dict) and len(c) == 1 and isinstance(next(iter(c.values())), str)
+            for c in result
+        )
+    )
+
+
+def _as_reply(result: Any) -> Reply:
+    if isinstance(result, str):
+        return Reply(content=result)
+    return Reply(tool_calls=[next(iter(c.items())) for c in result])
+
+
+def single_replay_script(entries: list[SingleEntry], mixed: bool = False) -> Script:
+    from eval.bfcl.mutations import corpus, gold_result
+
+    cases: dict[str, list[Any]] = {}
+    if mixed:
+        for case in corpus():
+            if _servable(case["result"]):
+                cases.setdefault(case["id"], []).append(case["result"])
+    plan: dict[str, Reply] = {}
+    for e in entries:
+        tools = fc_tools(e)
+        if mixed and cases.get(e.id):
+            options = cases[e.id]
+            reply = _as_reply(options[zlib.crc32(e.id.encode()) % len(options)])
+        elif e.category in RELEVANCE:
+            first = tools[0]["function"]["name"] if tools else "none"
+            reply = (
+                Reply(tool_calls=[(first, "{}")])
+                if e.category == "live_relevance"
+                else Reply(content="None of the functions fits this request.")
+            )
+        else:
+            reply = _as_reply(gold_result(e))
+        plan[_key(messages(e), tools)] = reply
+
+    def script(req: dict[str, Any]) -> Reply:
+        return plan.get(_key(req["messages"], req.get("tools")), Reply(content="Unknown entry."))
+
+    return script
+
+
+def replay_script(entries: list[Entry] | None = None, single: Script | None = None) -> Script:
+    """Multi-turn entries' ground truth replayed (all four categories by default); a request
+    of no multi-turn entry goes to ``single`` (a single-turn replay) when given."""
     from eval.bfcl.runner import HELD_OUT_MESSAGE
 
     plan: dict[tuple[str, ...], list[tuple[str, str]]] = {}
-    for entry in entries or [e for c in CATEGORIES for e in load_category(c)]:
+    for entry in (
+        entries if entries is not None else [e for c in CATEGORIES for e in load_category(c)]
+    ):
         table = method_table(new_instances(entry))
         users: list[str] = []
         for t, question in enumerate(entry.question):
@@ -42,7 +109,7 @@ def replay_script(entries: list[Entry] | None = None) -> Script:
         users = tuple(m["content"] for m in msgs if m["role"] == "user")
         calls = plan.get(users)
         if calls is None:
-            return Reply(content="Unknown conversation.")
+            return single(req) if single else Reply(content="Unknown conversation.")
         last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
         if calls and not any(m["role"] == "assistant" for m in msgs[last_user:]):
             return Reply(tool_calls=calls)
@@ -58,13 +125,16 @@ def main() -> None:
     from astra_agent.testing.scripted_server import _HTTPServer
 
     ap = argparse.ArgumentParser(description="BFCL replay model (a fake model over HTTP).")
-    ap.add_argument("--category", required=True, choices=CATEGORIES)
+    ap.add_argument("--category", required=True, choices=RUNNABLE)
+    ap.add_argument("--mixed", action="store_true", help="single-turn: gold and mutated answers")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--model", default="scripted")
     args = ap.parse_args()
-    httpd = _HTTPServer(
-        ("127.0.0.1", args.port), replay_script(list(load_category(args.category))), args.model
-    )
+    if args.category in MULTI_TURN:
+        script = replay_script(list(load_category(args.category)))
+    else:
+        script = single_replay_script(list(load_single(args.category)), args.mixed)
+    httpd = _HTTPServer(("127.0.0.1", args.port), script, args.model)
     print(f"replay server on http://127.0.0.1:{args.port}/v1", flush=True)
     httpd.serve_forever()
 

@@ -9,6 +9,11 @@ The loop runs with the official harness's semantics (``OFFICIAL_CALLS``): every 
 the backends unchecked (an unknown name fails there with the official wording, and a held-out
 function called before it is offered runs, as it does there); a step whose calls do not decode
 ends the turn with none of them run; tool results reach the model whole (long_context).
+
+The single-turn categories (non-live, live) are one request each (:mod:`eval.bfcl.single`),
+scored by :func:`eval.bfcl.ast_check.single_turn_verdict`. The summary holds the accuracy per
+category, the multi-turn overall (``overall``: the figure agent-RL papers quote), and the
+leaderboard's groups and overall scores of V4 and V3 (:mod:`eval.bfcl.overall`).
 """
 
 from __future__ import annotations
@@ -18,19 +23,25 @@ import io
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from astra_agent.episode import CallPolicy, EpisodeLimits, run_episode
-from astra_agent.errors import ConfigError
-from astra_agent.model import ChatModel
+from astra_agent.errors import ConfigError, ServerError
+from astra_agent.model import ChatModel, EndpointError
 from astra_agent.runio import write_text_atomic
 from astra_agent.trajectory import Trajectory
+from eval.bfcl import single
+from eval.bfcl.ast_check import single_turn_verdict
 from eval.bfcl.backend import BFCLEnvironment, decode_step
+from eval.bfcl.categories import LIVE, MULTI_TURN, RUNNABLE, resolve
 from eval.bfcl.checker import check_entry
 from eval.bfcl.official import CATEGORIES, PINNED, Entry, held_out_tools, load_category
+from eval.bfcl.overall import Score, overall
+from eval.bfcl.single import SingleEntry, load_single
 from eval.results import ErrorKind, EvalRecord
 from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
 from eval.summaries import EvalSummary
@@ -62,20 +73,28 @@ PUBLISHED = {  # paper Table 1, function-calling mode through vLLM, temperature 
 class BFCLConfig(RunConfig):
     out: Path = Field(Path("runs/bfcl"), description="results directory (checked writable)")
     concurrency: int = Field(8, ge=1, description="entries at once")
-    categories: list[str] = Field(default_factory=lambda: list(CATEGORIES))
+    categories: list[str] = Field(
+        default_factory=lambda: list(CATEGORIES),
+        description="categories and groups (eval/bfcl/categories.py); default: multi-turn",
+    )
     ids: list[str] | None = None
     limit: int | None = Field(None, ge=1, description="first N entries per category")
     tool_timeout_s: float = Field(60.0, gt=0)
 
     def fingerprint(self) -> dict[str, Any]:
         """What the results depend on besides the model and sampling."""
-        return {"categories": sorted(self.categories), "ids": self.ids, "limit": self.limit}
+        cats = sorted(resolve(self.categories))  # a group and its categories are one run
+        return {"categories": cats, "ids": self.ids, "limit": self.limit}
 
 
 class BFCLRecord(EvalRecord):
     """One entry's result: the verdict, the decoded calls and raw responses per turn and step
     (the official result format), the trajectory. An entry whose inference failed is invalid
-    with ``error_type`` ``multi_turn:inference_error`` and ``error_kind`` ``inference``."""
+    with ``error_type`` ``multi_turn:inference_error`` (single-turn: ``inference_error``) and
+    ``error_kind`` ``inference``. A single-turn entry keeps its reply in the official result
+    format (``result``) and the calls decoded from it (``calls``); the checker's messages are
+    in ``details["errors"]``. A failed multi-turn entry names its first failing turn and, in
+    ``details``, the state difference or the missing results."""
 
     category: str
     valid: bool
@@ -85,32 +104,57 @@ class BFCLRecord(EvalRecord):
     decoded: list[list[list[str]]] = Field(default_factory=list)
     responses: list[list[Any]] = Field(default_factory=list)
     trajectory: Trajectory | None = None
+    result: Any = None
+    calls: list[dict[str, Any]] | None = None
+
+
+class BFCLScore(BaseModel):
+    """An aggregate score (%): the categories it is made of and those that did not run."""
+
+    value: float
+    parts: list[str]
+    missing: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, score: Score) -> BFCLScore:
+        return cls(value=round(score.value, 2), parts=list(score.parts), missing=score.missing)
 
 
 class BFCLSummary(EvalSummary):
+    """``overall``: the multi-turn overall (the mean of the four, partial over fewer; None when
+    no multi-turn category ran); ``v4``/``v3``: the leaderboard's overall scores and their
+    groups, each partial where a category it is made of did not run."""
+
     entries: int | None = None
     accuracy: dict[str, float] = Field(default_factory=dict)
     overall: float | None = None
     overall_partial: bool = True
+    v4_groups: dict[str, BFCLScore] = Field(default_factory=dict)
+    v4_overall: BFCLScore | None = None
+    v3_groups: dict[str, BFCLScore] = Field(default_factory=dict)
+    v3_overall: BFCLScore | None = None
     counts: dict[str, int] = Field(default_factory=dict)
     errors: dict[str, int] = Field(default_factory=dict)
     inference_errors: int | None = None
 
 
-def select(cfg: BFCLConfig) -> list[Entry]:
-    """The entries to run; an unknown category or id, or none at all, is an error before
-    anything runs."""
-    if not cfg.categories:
-        raise ConfigError(f"no category given: choose from {', '.join(CATEGORIES)}")
-    for c in cfg.categories:
-        if c not in CATEGORIES:
-            raise ConfigError(f"unknown category {c!r}: choose from {', '.join(CATEGORIES)}")
-    entries = []
-    for c in cfg.categories:
-        cat = list(load_category(c))
+AnyEntry = Entry | SingleEntry
+
+
+def category_entries(category: str) -> tuple[AnyEntry, ...]:
+    return load_category(category) if category in MULTI_TURN else load_single(category)
+
+
+def select(cfg: BFCLConfig) -> list[AnyEntry]:
+    """The entries to run; an unknown category, group or id, a category that cannot run here,
+    or none at all, is an error before anything runs."""
+    cats = resolve(cfg.categories)
+    entries: list[AnyEntry] = []
+    for c in cats:
+        cat = list(category_entries(c))
         entries += cat[: cfg.limit] if cfg.limit else cat
     if cfg.ids:
-        known = {e.id for c in CATEGORIES for e in load_category(c)}
+        known = {e.id for c in RUNNABLE for e in category_entries(c)}
         unknown = sorted(set(cfg.ids) - known)
         if unknown:
             raise ConfigError(f"unknown BFCL id(s): {', '.join(unknown[:5])}")
@@ -119,11 +163,38 @@ def select(cfg: BFCLConfig) -> list[Entry]:
         if left_out:  # an id of another category, or past --limit: it would not run
             raise ConfigError(
                 f"BFCL id(s) not in the selected entries: {', '.join(left_out[:5])} "
-                f"(categories {', '.join(cfg.categories)}"
+                f"(categories {', '.join(cats)}"
                 + (f", first {cfg.limit} of each)" if cfg.limit else ")"),
                 hint="add their categories to --categories (or raise --limit)",
             )
     return entries
+
+
+async def run_single(entry: SingleEntry, model: ChatModel) -> BFCLRecord:
+    """One single-turn entry: its request, its reply in the official format, the verdict. A
+    failure to get a reply is an inference error (never a wrong answer)."""
+    try:
+        result = await single.infer(entry, model)
+    except ServerError as exc:
+        return BFCLRecord(
+            id=entry.id,
+            category=entry.category,
+            valid=False,
+            error_type="inference_error",
+            error=f"inference error: {exc}",
+            error_kind="inference",
+            endpoint_failure=exc.kind if isinstance(exc, EndpointError) else "other",
+        )
+    v = single_turn_verdict(entry.category, entry.functions, entry.ground_truth, result)
+    return BFCLRecord(
+        id=entry.id,
+        category=entry.category,
+        valid=v.valid,
+        error_type=v.error_type,
+        details={"errors": list(v.errors)} if v.errors else {},
+        result=result,
+        calls=v.decoded,
+    )
 
 
 @dataclass
@@ -207,36 +278,50 @@ def _steps(messages: list[dict[str, Any]]) -> tuple[list[Any], list[list[str]]]:
     return raw, decoded
 
 
+@cache
+def category_sizes() -> dict[str, int]:
+    """Every live category's entry count in the data: the weight of one that did not run."""
+    return {c: len(load_single(c)) for c in LIVE}
+
+
 def summarize(records: list[BFCLRecord]) -> BFCLSummary:
-    """Accuracy per category (each id once) and their mean, ``overall``: over fewer than the
-    four categories that mean is not the leaderboard's, and says so (``overall_partial``)."""
+    """Accuracy per category (each id once); the multi-turn overall, ``overall`` (the mean of
+    the four; over fewer it is not the leaderboard's, and says so: ``overall_partial``); the
+    V4 and V3 groups and overall scores (:mod:`eval.bfcl.overall`)."""
     by_cat: dict[str, list[BFCLRecord]] = {}
     for r in records:
         by_cat.setdefault(r.category, []).append(r)
     acc = {
         c: round(100 * sum(r.valid for r in by_cat[c]) / len(by_cat[c]), 2)
-        for c in CATEGORIES
+        for c in RUNNABLE
         if c in by_cat
     }
-    overall = round(sum(acc.values()) / len(acc), 2) if acc else 0.0
+    counts = {c: len(by_cat[c]) for c in acc}
+    multi = [acc[c] for c in MULTI_TURN if c in acc]
     errors = Counter(r.error_type for r in records if not r.valid and r.error_type)
+    scores = overall(acc, counts, category_sizes()) if acc else None
     return BFCLSummary(
         entries=len(records),
         accuracy=acc,
-        overall=overall,
-        overall_partial=set(acc) != set(CATEGORIES),
-        counts={c: len(by_cat[c]) for c in acc},
+        overall=round(sum(multi) / len(multi), 2) if multi else None,
+        overall_partial=len(multi) != len(MULTI_TURN),
+        counts=counts,
         errors=dict(errors),
         inference_errors=sum(1 for r in records if r.error_kind is not None),
+        v4_groups={g: BFCLScore.of(v) for g, v in scores.v4_groups.items()} if scores else {},
+        v4_overall=BFCLScore.of(scores.v4) if scores else None,
+        v3_groups={g: BFCLScore.of(v) for g, v in scores.v3_groups.items()} if scores else {},
+        v3_overall=BFCLScore.of(scores.v3) if scores else None,
     )
 
 
 def overall_label(accuracy: Iterable[str], partial: bool) -> str:
-    """How the overall figure is named: partial over fewer than four categories (those of
-    ``accuracy``)."""
+    """How the multi-turn overall is named: partial over fewer than four categories (the
+    multi-turn ones of ``accuracy``)."""
     if not partial:
         return "overall"
-    return f"partial overall ({', '.join(accuracy) or 'no category'})"
+    multi = [c for c in accuracy if c in MULTI_TURN]
+    return f"partial overall ({', '.join(multi) or 'no multi-turn category'})"
 
 
 def write_leaderboard(out: Path, summary: BFCLSummary) -> None:
@@ -250,7 +335,8 @@ def write_leaderboard(out: Path, summary: BFCLSummary) -> None:
     text = io.StringIO(newline="")
     w = csv.writer(text)
     w.writerow(cols)
-    w.writerow([name, summary.overall, *(acc.get(c, "") for c in CATEGORIES)])
+    overall_cell = "" if summary.overall is None else summary.overall
+    w.writerow([name, overall_cell, *(acc.get(c, "") for c in CATEGORIES)])
     for model, row in PUBLISHED.items():
         w.writerow([f"{model} (published)", row["overall"], *(row.get(c, "") for c in CATEGORIES)])
     write_text_atomic(out / "leaderboard.csv", text.getvalue())
@@ -271,7 +357,11 @@ async def evaluate_bfcl(
     spec = EvalSpec(
         items=entries,
         key=lambda e: e.id,
-        one=lambda e, model: run_entry(e, model, cfg.tool_timeout_s),
+        one=lambda e, model: (
+            run_single(e, model)
+            if isinstance(e, SingleEntry)
+            else run_entry(e, model, cfg.tool_timeout_s)
+        ),
         record=BFCLRecord,
         fingerprint=cfg.fingerprint(),
         summarize=summary_of,
