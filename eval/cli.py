@@ -174,7 +174,7 @@ def _set_names(overrides: dict[str, Any], key: str, text: str | None, example: s
 
 @bfcl_app.callback(invoke_without_command=True)
 @cli_errors
-@config_flags(BFCLConfig, ("limit", *RUN_FLAGS), endpoint=True)
+@config_flags(BFCLConfig, ("limit", "half", *RUN_FLAGS), endpoint=True)
 def bfcl(
     ctx: typer.Context,
     categories: Annotated[

@@ -11,6 +11,8 @@ Multi-turn categories keep their short names (``base``, ``miss_func``, …: the 
 
 from __future__ import annotations
 
+import hashlib
+
 from astra_agent.errors import ConfigError
 
 MULTI_TURN = ("base", "miss_func", "miss_param", "long_context")
@@ -105,3 +107,15 @@ def resolve(names: list[str]) -> list[str]:
 
 def valid_names() -> list[str]:
     return [*GROUPS, *RUNNABLE]
+
+
+HALVES = ("selection", "report")
+_HALF_SALT = "astra-bfcl-half-v1"  # fixed: an entry never changes half
+
+
+def half_of(entry_id: str) -> str:
+    """The fixed half an entry belongs to: ``selection`` (recipes are chosen on it) or
+    ``report`` (scored once per published table): by the first byte of
+    ``sha256("astra-bfcl-half-v1:" + id)``, even → selection, odd → report."""
+    digest = hashlib.sha256(f"{_HALF_SALT}:{entry_id}".encode()).digest()
+    return HALVES[digest[0] % 2]

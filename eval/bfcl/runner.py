@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -37,7 +37,7 @@ from astra_agent.trajectory import Trajectory
 from eval.bfcl import single
 from eval.bfcl.ast_check import single_turn_verdict
 from eval.bfcl.backend import BFCLEnvironment, decode_step
-from eval.bfcl.categories import LIVE, MULTI_TURN, RUNNABLE, resolve
+from eval.bfcl.categories import LIVE, MULTI_TURN, RUNNABLE, half_of, resolve
 from eval.bfcl.checker import check_entry
 from eval.bfcl.official import CATEGORIES, PINNED, Entry, held_out_tools, load_category
 from eval.bfcl.overall import Score, overall
@@ -79,12 +79,20 @@ class BFCLConfig(RunConfig):
     )
     ids: list[str] | None = None
     limit: int | None = Field(None, ge=1, description="first N entries per category")
+    half: Literal["selection", "report"] | None = Field(
+        None,
+        description="only the entries of one fixed half (by a hash of the id): choose "
+        "settings on selection, report on report",
+    )
     tool_timeout_s: float = Field(60.0, gt=0)
 
     def fingerprint(self) -> dict[str, Any]:
         """What the results depend on besides the model and sampling."""
         cats = sorted(resolve(self.categories))  # a group and its categories are one run
-        return {"categories": cats, "ids": self.ids, "limit": self.limit}
+        fp: dict[str, Any] = {"categories": cats, "ids": self.ids, "limit": self.limit}
+        if self.half is not None:  # absent when unset: runs made before the field resume
+            fp["half"] = self.half
+        return fp
 
 
 class BFCLRecord(EvalRecord):
@@ -151,7 +159,7 @@ def select(cfg: BFCLConfig) -> list[AnyEntry]:
     cats = resolve(cfg.categories)
     entries: list[AnyEntry] = []
     for c in cats:
-        cat = list(category_entries(c))
+        cat = [e for e in category_entries(c) if cfg.half is None or half_of(e.id) == cfg.half]
         entries += cat[: cfg.limit] if cfg.limit else cat
     if cfg.ids:
         known = {e.id for c in RUNNABLE for e in category_entries(c)}

@@ -216,3 +216,21 @@ def test_garbage_and_a_dead_endpoint_are_inference_errors_not_answers(tmp_path: 
     assert {r["endpoint_failure"] for r in recs} <= {"status", "other", "malformed"}
     assert out.returncode == 1 and "no entry of this run could be played" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_the_selection_and_report_halves_split_every_category_by_a_fixed_hash() -> None:
+    from eval.bfcl.categories import half_of
+    from eval.bfcl.runner import BFCLConfig, select
+
+    for c in RUNNABLE:
+        ids = [e.id for e in select(BFCLConfig(categories=[c]))]
+        sel = [e.id for e in select(BFCLConfig(categories=[c], half="selection"))]
+        rep = [e.id for e in select(BFCLConfig(categories=[c], half="report"))]
+        assert sorted(sel + rep) == sorted(ids) and not set(sel) & set(rep)
+        if len(ids) >= 100:
+            assert 0.4 < len(sel) / len(ids) < 0.6, c
+    assert half_of("simple_python_0") == half_of("simple_python_0")  # no state, no salt drift
+    limited = select(BFCLConfig(categories=["live_simple"], half="report", limit=5))
+    assert len(limited) == 5 and {half_of(e.id) for e in limited} == {"report"}
+    assert "half" not in BFCLConfig(categories=["base"]).fingerprint()  # old runs still resume
+    assert BFCLConfig(categories=["base"], half="report").fingerprint()["half"] == "report"
