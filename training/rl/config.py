@@ -137,6 +137,11 @@ class RLConfig(TrainingConfig):
     clip_high: float = Field(0.28, gt=0)
     advantage_eps: float = Field(1e-6, gt=0)
     advantage_scale: Literal["std", "none"] = "std"
+    reward: Literal["f1", "recall", "precision"] = Field(
+        "f1",
+        description="what trains: ASTRA's F1 of recall and precision, or one of them alone "
+        "(the paper's ablation: recall alone makes calls explode, precision alone stops early)",
+    )
     micro_batch_size: int = Field(4, ge=1, description="sequences per forward/backward")
     seed: int = Field(0, ge=0, lt=2**32, description="random seed (below 2**32, numpy's range)")
     save_steps: int = Field(10, ge=1, description="a checkpoint every N steps")

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from astra_agent.arena import ArenaTask, Reward, trajectory_reward
 from astra_agent.environment import Environment
@@ -28,6 +28,7 @@ from training.rl.config import RLConfig
 from training.rl.generate import TokenGenerator
 from training.rl.policy import TokenPolicy
 
+Objective = Literal["f1", "recall", "precision"]
 log = logging.getLogger(__name__)
 
 RewardFn = Callable[[ArenaTask, Trajectory], Reward]
@@ -42,6 +43,7 @@ class RolloutSettings:
     sampling: Sampling
     max_prompt_tokens: int
     max_response_tokens: int
+    objective: Objective = "f1"  # which part of the reward trains (RLConfig.reward)
 
 
 def settings_of(cfg: RLConfig, tokenizer: Any = None) -> RolloutSettings:
@@ -62,7 +64,9 @@ def settings_of(cfg: RLConfig, tokenizer: Any = None) -> RolloutSettings:
         tool_timeout_s=r.tool_timeout_s,
         max_tool_output_chars=r.max_tool_output_chars,
     )
-    return RolloutSettings(limits, sampling, r.max_prompt_tokens, r.max_response_tokens)
+    return RolloutSettings(
+        limits, sampling, r.max_prompt_tokens, r.max_response_tokens, objective=cfg.reward
+    )
 
 
 @dataclass
@@ -73,11 +77,17 @@ class Episode:
     trajectory: Trajectory
     reward: Reward | None
     error: str | None = None
+    objective: Objective = "f1"
 
     @property
     def score(self) -> float:
-        """The reward used for training: 0.0 when it could not be computed."""
-        return self.reward.reward if self.reward is not None else 0.0
+        """The reward used for training: ASTRA's F1 (``objective`` "f1"), or its recall or
+        precision alone (the paper's ablation); 0.0 when it could not be computed."""
+        if self.reward is None:
+            return 0.0
+        return (
+            self.reward.reward if self.objective == "f1" else getattr(self.reward, self.objective)
+        )
 
     @property
     def trainable(self) -> bool:
@@ -125,7 +135,7 @@ async def rollout_episode(
         reward, error = None, f"reward failed: {type(exc).__name__}: {exc}"
     if error is None and traj.termination == "model_error":
         error = f"model error: {traj.termination_detail}"
-    return Episode(task.task_id, traj, reward, error)
+    return Episode(task.task_id, traj, reward, error, objective=settings.objective)
 
 
 @dataclass
