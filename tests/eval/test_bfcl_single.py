@@ -234,3 +234,40 @@ def test_the_selection_and_report_halves_split_every_category_by_a_fixed_hash() 
     assert len(limited) == 5 and {half_of(e.id) for e in limited} == {"report"}
     assert "half" not in BFCLConfig(categories=["base"]).fingerprint()  # old runs still resume
     assert BFCLConfig(categories=["base"], half="report").fingerprint()["half"] == "report"
+
+
+def test_entry_views_name_the_failed_turn_check_and_the_single_turn_verdict() -> None:
+    from eval.bfcl.report import bfcl_view
+
+    multi = {
+        "id": "multi_turn_base_3",
+        "category": "base",
+        "valid": False,
+        "error_type": "multi_turn:instance_state_mismatch",
+        "failed_turn": 2,
+        "details": {
+            "class": "GorillaFileSystem",
+            "differences": {"cwd": {"model": "/a", "ground_truth": "/b"}},
+        },
+    }
+    line, view = bfcl_view(multi)
+    assert line.label == "instance_state_mismatch (turn 2)"
+    facts = dict(map(tuple, view["facts"]))
+    assert facts["failed turn"] == "2" and facts["failed check"].startswith("state")
+    assert view["checker"]["details"]["differences"]["cwd"]["ground_truth"] == "/b"
+
+    single = {
+        "id": "simple_python_0",
+        "category": "simple_python",
+        "valid": False,
+        "error_type": "value_error:others",
+        "details": {"errors": ["Invalid value for parameter 'base'"]},
+        "result": [{"calculate_triangle_area": '{"base": 11, "height": 5}'}],
+        "calls": [{"calculate_triangle_area": {"base": 11, "height": 5}}],
+    }
+    line, view = bfcl_view(single)
+    (turn,) = view["turns"]
+    assert turn[0]["role"] == "user" and "triangle" in turn[0]["content"]  # from the data
+    assert turn[-1]["tool_calls"][0]["function"]["name"] == "calculate_triangle_area"
+    assert "Invalid value for parameter 'base'" in view["explanation"]
+    assert "gold (any of the listed values per parameter)" in view["explanation"]
