@@ -34,9 +34,14 @@ from functools import cache
 from typing import Any
 
 from astra_agent.environment import Environment, ToolResult, ToolSpec
+from astra_agent.episode import CallPolicy
 from astra_agent.pysource import parse
 from eval.bfcl.official import Entry, openai_tools
 
+STEP_LIMIT = 20  # the official MAXIMUM_STEP_LIMIT (model steps a turn)
+# The official harness's call semantics in the loop: every call goes to the backends unchecked,
+# a step whose calls do not decode ends the turn with none of them run.
+OFFICIAL_CALLS = CallPolicy(check_names=False, check_arguments=False, end_on_undecodable=True)
 # What the official executor refuses by name (its wording is kept).
 BLOCKED = {"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"}
 # An identifier followed by "(": where the official executor inserts an instance name.

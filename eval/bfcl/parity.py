@@ -9,6 +9,7 @@ Its runner's turn-count check (``force_terminated``) is applied first, as the ru
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import os
@@ -21,7 +22,15 @@ from typing import Any
 
 from astra_agent.errors import ConfigError
 from astra_agent.runio import read_json_lines
-from eval.bfcl.categories import LIVE, MULTI_TURN, NON_LIVE, RUNNABLE, official_name
+from eval.bfcl.categories import (
+    LIVE,
+    MEMORY,
+    MULTI_TURN,
+    NON_LIVE,
+    RUNNABLE,
+    SINGLE_TURN,
+    official_name,
+)
 from eval.bfcl.official import CATEGORIES, OFFICIAL_FC_MODEL, Entry, load_category
 
 _names = itertools.count()
@@ -120,8 +129,10 @@ def export_official(records: list[dict[str, Any]], out_dir: Path, model: str) ->
         path = target / f"BFCL_v4_{official_name(cat)}_result.json"
         with path.open("w") as f:
             for r in rows:
-                multi = cat in MULTI_TURN
-                result = r.get("responses", r["decoded"]) if multi else r.get("result")
+                if cat in MULTI_TURN:
+                    result = r.get("responses", r["decoded"])
+                else:  # memory: its one turn of steps; single-turn: the reply
+                    result = r.get("responses") if cat in MEMORY else r.get("result")
                 f.write(json.dumps({"id": r["id"], "result": result}) + "\n")
         files.append(path)
     return files
@@ -131,6 +142,7 @@ _GROUP_DIR = {
     **{c: "non_live" for c in NON_LIVE},
     **{c: "live" for c in LIVE},
     **{c: "multi_turn" for c in MULTI_TURN},
+    **{c: f"agentic/memory/{c.removeprefix('memory_')}" for c in MEMORY},
 }
 
 
@@ -164,10 +176,11 @@ def compare(records: list[dict[str, Any]], bfcl: Path | None = None) -> list[dic
     """Every record whose verdict differs from the official checker's (empty: full parity).
     The official side decodes the raw responses itself, so our decoding is checked too.
     Multi-turn entries are checked in this process (the official multi-turn checker imports
-    only the standard library); single-turn ones by the official pipeline in its own
-    environment, whose ``bfcl`` executable is ``bfcl`` (its interpreter beside it)."""
+    only the standard library); single-turn and memory ones by the official pipeline in its
+    own environment, whose ``bfcl`` executable is ``bfcl`` (its interpreter beside it)."""
     multi = [r for r in records if r["category"] in MULTI_TURN]
-    single = [r for r in comparable(records) if r["category"] not in MULTI_TURN]
+    single = [r for r in comparable(records) if r["category"] in SINGLE_TURN]
+    memory = [r for r in comparable(records) if r["category"] in MEMORY]
     entries = {e.id: e for c in CATEGORIES for e in load_category(c)} if multi else {}
 
     def official(r: dict[str, Any]) -> Verdict:
@@ -175,18 +188,17 @@ def compare(records: list[dict[str, Any]], bfcl: Path | None = None) -> list[dic
         return official_verdict(entries[r["id"]], turns)
 
     out = _differences(multi, official)
-    if single:
-        from eval.bfcl.official_single import official_verdicts
-
-        python = _official_python(bfcl)
-        cases = [
-            {"case": "record", "category": r["category"], "id": r["id"], "result": r.get("result")}
-            for r in single
-        ]
-        verdicts = dict(
-            zip((r["id"] for r in single), official_verdicts(cases, python), strict=True)
-        )
-        out += _differences(single, lambda r: verdicts[r["id"]])
+    for rows, field, scorer in (
+        (single, "result", "official_single"),
+        (memory, "responses", "official_memory"),
+    ):
+        if not rows:
+            continue
+        module = importlib.import_module(f"eval.bfcl.{scorer}")
+        cases = [{"category": r["category"], "id": r["id"], "result": r.get(field)} for r in rows]
+        got = module.official_verdicts(cases, _official_python(bfcl))
+        verdicts = dict(zip((r["id"] for r in rows), got, strict=True))
+        out += _differences(rows, lambda r: verdicts[r["id"]])  # noqa: B023 (called at once)
     return out
 
 

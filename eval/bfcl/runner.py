@@ -29,16 +29,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from astra_agent.episode import CallPolicy, EpisodeLimits, run_episode
+from astra_agent.episode import EpisodeLimits, run_episode
 from astra_agent.errors import ConfigError, ServerError
 from astra_agent.model import ChatModel, EndpointError
 from astra_agent.runio import write_text_atomic
 from astra_agent.trajectory import Trajectory
 from eval.bfcl import single
 from eval.bfcl.ast_check import single_turn_verdict
-from eval.bfcl.backend import BFCLEnvironment, decode_step
-from eval.bfcl.categories import LIVE, MULTI_TURN, RUNNABLE, half_of, resolve
+from eval.bfcl.backend import OFFICIAL_CALLS, STEP_LIMIT, BFCLEnvironment, decode_step
+from eval.bfcl.categories import LIVE, MEMORY, MULTI_TURN, RUNNABLE, half_of, resolve
 from eval.bfcl.checker import check_entry
+from eval.bfcl.memory import MemoryEntry, MemoryRunner, load_memory
 from eval.bfcl.official import CATEGORIES, PINNED, Entry, held_out_tools, load_category
 from eval.bfcl.overall import Score, overall
 from eval.bfcl.single import SingleEntry, load_single
@@ -47,8 +48,6 @@ from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
 from eval.summaries import EvalSummary
 
 NAME = "bfcl"  # the eval kind (eval/kinds.py)
-STEP_LIMIT = 20  # the official MAXIMUM_STEP_LIMIT
-OFFICIAL_CALLS = CallPolicy(check_names=False, check_arguments=False, end_on_undecodable=True)
 HELD_OUT_MESSAGE = "I have updated some more functions you can choose from. What about now?"
 PUBLISHED = {  # paper Table 1, function-calling mode through vLLM, temperature 0.6
     "ASTRA-14B": {
@@ -146,11 +145,15 @@ class BFCLSummary(EvalSummary):
     inference_errors: int | None = None
 
 
-AnyEntry = Entry | SingleEntry
+AnyEntry = Entry | SingleEntry | MemoryEntry
 
 
 def category_entries(category: str) -> tuple[AnyEntry, ...]:
-    return load_category(category) if category in MULTI_TURN else load_single(category)
+    if category in MULTI_TURN:
+        return load_category(category)
+    if category in MEMORY:
+        return load_memory(category)
+    return load_single(category)
 
 
 def select(cfg: BFCLConfig) -> list[AnyEntry]:
@@ -176,6 +179,24 @@ def select(cfg: BFCLConfig) -> list[AnyEntry]:
                 hint="add their categories to --categories (or raise --limit)",
             )
     return entries
+
+
+async def run_memory(entry: MemoryEntry, model: ChatModel, memory: MemoryRunner) -> BFCLRecord:
+    """One memory question, after its scenario's prerequisite conversations (run once per
+    run, :class:`eval.bfcl.memory.MemoryRunner`); scored on its final answer."""
+    o = await memory.run(entry, model)
+    return BFCLRecord(
+        id=entry.id,
+        category=entry.category,
+        valid=o.valid,
+        error_type=o.error_type,
+        details=o.details,
+        responses=o.responses,
+        trajectory=o.trajectory,
+        error=o.error,
+        error_kind=o.error_kind,
+        endpoint_failure=o.endpoint_failure,
+    )
 
 
 async def run_single(entry: SingleEntry, model: ChatModel) -> BFCLRecord:
@@ -356,6 +377,12 @@ async def evaluate_bfcl(
     """Run the selected entries (append one whole record per entry, resume), write
     summary.json and leaderboard.csv."""
     entries = select(cfg)
+    # Memory questions share their scenario's prerequisite conversations, kept under the run
+    memory = MemoryRunner(
+        cfg.out / "memory",
+        cfg.tool_timeout_s,
+        expected=[e for e in entries if isinstance(e, MemoryEntry)],
+    )
     # The official harness scores the server's tool_calls as returned: no recovery from text.
     cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"recover_calls": False})})
 
@@ -368,6 +395,8 @@ async def evaluate_bfcl(
         one=lambda e, model: (
             run_single(e, model)
             if isinstance(e, SingleEntry)
+            else run_memory(e, model, memory)
+            if isinstance(e, MemoryEntry)
             else run_entry(e, model, cfg.tool_timeout_s)
         ),
         record=BFCLRecord,

@@ -201,9 +201,9 @@ def test_resume_after_kill(tmp_path: Path) -> None:
     "args,code,needle",
     [
         (["--categories", "base,nope"], 2, "unknown BFCL category or group 'nope'"),
-        (["--categories", "live,memory_kv"], 2, "'memory_kv' cannot run here"),
+        (["--categories", "live,memory_vector"], 2, "'memory_vector' cannot run here"),
         (["--categories", "web_search_base"], 2, "SerpAPI key and the network"),
-        (["--categories", "agentic"], 2, "cannot run here"),
+        (["--categories", "format_sensitivity"], 2, "prompt mode only"),
         (["--categories", "all", "--limit", "0"], 2, "limit"),
         (["--ids", "multi_turn_base_9999"], 2, "unknown BFCL id"),
         (["--base-url", "http://127.0.0.1:9/v1"], 1, "cannot connect"),
