@@ -141,8 +141,8 @@ def parse_record(raw: dict[str, Any], index: int) -> tuple[ArenaTask | None, lis
         sources = None
     sub_qa = _json_field(raw, "sub_qa_dict", index, out)
     if sub_qa is not None:
-        if not isinstance(sub_qa, dict) or not sub_qa:
-            out.append(Problem(index, "sub_qa_dict", "must be a non-empty mapping"))
+        if not isinstance(sub_qa, dict):  # empty: no offered tool serves it, see arena_reward
+            out.append(Problem(index, "sub_qa_dict", "must be a mapping"))
             sub_qa = None
         else:
             sub_qa = {
@@ -283,7 +283,8 @@ class Reward:
 
     @property
     def fully_solved(self) -> bool:
-        return len(self.solved) == self.required
+        """Every sub-question solved; with none (no offered tool serves the task), no call."""
+        return len(self.solved) == self.required and (self.required > 0 or self.tool_calls == 0)
 
 
 def arena_reward(
@@ -295,14 +296,22 @@ def arena_reward(
 ) -> Reward:
     """ASTRA's trajectory-level reward: F1 of recall = solved/required and
     precision = solved/(tool calls + eps). ``calls`` are (tool name, output text), in order,
-    every call the model made (failed ones too). A pure function, for RL and evaluation."""
+    every call the model made (failed ones too). A pure function, for RL and evaluation.
+
+    A task with no sub-question (an empty ``sub_qa``: no offered tool can serve the request,
+    the right answer is no call) scores 1.0 when the model made no call and 0.0 when it made
+    any: the recall of nothing is 1, the precision of no calls is 1, and that of calls that
+    can solve nothing is 0."""
     match = match or AnswerMatch()
+    if not sub_qa:
+        precision = 0.0 if calls else 1.0
+        return Reward(precision, 1.0, precision, (), 0, len(calls))
     solved = tuple(
         tool
         for tool, golds in sub_qa.items()
         if any(name == tool and any(match.found(g, out) for g in golds) for name, out in calls)
     )
-    recall = len(solved) / len(sub_qa) if sub_qa else 0.0
+    recall = len(solved) / len(sub_qa)
     precision = len(solved) / (len(calls) + eps)
     f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
     return Reward(f1, recall, precision, solved, len(sub_qa), len(calls))

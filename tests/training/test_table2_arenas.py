@@ -15,6 +15,7 @@ from astra_agent.arena import ArenaEnvironment, load_arena_file, run_reference
 from astra_agent.errors import ConfigError
 from eval.arenas import validate_arenas
 from eval.arenas.procedural.generator import (
+    SPLITS,
     GenSpec,
     generate,
     load_domains,
@@ -163,3 +164,70 @@ def test_experiment_refuses_another_config_and_names_a_missing_stage(tmp_path: P
         run_experiment(cfg, ["rl"])
     with pytest.raises(ConfigError, match="unknown stage"):
         run_experiment(cfg, ["bogus"])
+
+
+# sha256 of generate(spec)'s four splits, concatenated in split order as write_arenas writes
+# them, measured before the general families existed: the chain-only output (the default spec,
+# the CI slice's, the shipped CPU recipe's) must stay byte for byte what it was.
+PINNED = (
+    (GenSpec(), "2ce4c9d7c1063657b3f3db977aafc87ce3158078cff46ad9042cb8fdaa3b967a"),
+    (
+        GenSpec(seed=0, train_tasks=64, eval_tasks=30),
+        "2b1466972aec417d04977eeddc7662ec214c3eb2bcd7f65fc6c1b4b755c981f5",
+    ),
+)
+
+
+@pytest.mark.parametrize(("spec", "sha"), PINNED, ids=["default", "ci-slice"])
+def test_the_chain_only_output_is_pinned(spec: GenSpec, sha: str) -> None:
+    import hashlib
+
+    splits = generate(spec)
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for s in SPLITS for r in splits[s])
+    assert hashlib.sha256(text.encode()).hexdigest() == sha
+    assert spec.model_dump() == {
+        "seed": spec.seed,
+        "train_tasks": spec.train_tasks,
+        "eval_tasks": spec.eval_tasks,
+        "heldout_domains": None,
+        "signature_holdout_pct": 20,
+    }  # no `families` key: arenas.json and experiment fingerprints as before
+
+
+GENERAL_RECIPE = Path(__file__).resolve().parents[2] / "training/recipes/table2-general-cpu.yaml"
+
+
+def test_the_general_recipe_generates_every_family(tmp_path: Path, wide_consoles: None) -> None:
+    from eval.arenas.procedural.generator import FAMILIES
+
+    args = ["-c", str(GENERAL_RECIPE), "--out", str(tmp_path), "--stages", "arenas"]
+    res = CliRunner().invoke(train_app, ["table2", "run", *args])
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "arenas" / "arenas.json").read_text())
+    assert manifest["spec"]["families"] == list(FAMILIES)
+    assert manifest["counts"] == {"train": 400, "a": 60, "b": 60, "c": 60}
+    train = load_arena_file(tmp_path / "arenas" / "train.jsonl")
+    assert len(train.tasks) == 400 and not train.problems
+    assert {t.raw["kind"] for t in train.tasks} == set(FAMILIES)
+
+
+def test_the_replay_of_general_tasks_solves_every_one_through_the_loop(tmp_path: Path) -> None:
+    """The experiment's replay stage on the general families: follow-up prompts (user,
+    assistant, user) go through the episode loop as they are, no-call tasks are solved by
+    answering without a call, a parallel task by its calls one after another."""
+    from eval.arenas.procedural.families import GENERAL
+    from training.replay import replay_arenas
+
+    spec = GenSpec(seed=4, train_tasks=28, eval_tasks=2, families=list(GENERAL))
+    data = write_arenas(tmp_path / "gen", spec)["train"]
+    results, summary = asyncio.run(replay_arenas(data, tmp_path / "replay", reasoning=False))
+    assert summary.tasks == 28 and summary.fully_solved == 1.0
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    tasks = {r["task_id"]: r for r in map(json.loads, data.read_text().splitlines())}
+    for row in rows:
+        task = tasks[row["task_id"]]
+        assert row["tool_calls"] == len(task["reference"]) and row["fully_solved"]
+        assert (row["tool_calls"] == 0) == (task["kind"] == "none")
+        roles = [m["role"] for m in row["trajectory"]["messages"]]
+        assert roles[: len(task["prompt"])] == [m["role"] for m in task["prompt"]]
+    assert {tasks[r["task_id"]]["kind"] for r in rows} == set(GENERAL)

@@ -26,6 +26,11 @@ Splits (``train`` and the held-out ``a``, ``b``, ``c``):
 ``b``  training domains, chain *signatures* (kind + the tools called) held out of training
        by a fixed hash, so no seed can move one into training;
 ``c``  held-out domains, whose entity and field words appear in no training domain.
+
+These chains are the default. ``GenSpec.families`` can add the general task families of
+:mod:`eval.arenas.procedural.families` (typed and optional arguments, one function among near
+namesakes, parallel calls, several functions, no call, a follow-up turn) over the services of
+``services.yaml``, split the same way (:mod:`eval.arenas.procedural.general`).
 """
 
 from __future__ import annotations
@@ -38,16 +43,27 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from astra_agent.claim import Claim, Refusal
 from astra_agent.errors import ConfigError
 from astra_agent.runio import file_sha256, write_lines_atomic
+from eval.arenas.procedural.catalog import load_catalog
+from eval.arenas.procedural.families import GENERAL
+from eval.arenas.procedural.general import GeneralTasks
 from eval.arenas.procedural.values import Attr, make_value
 
 DOMAINS_FILE = Path(__file__).with_name("domains.yaml")
 SPLITS = ("train", "a", "b", "c")
 KINDS = ("attr", "hop", "hop2", "both", "pair")
+FAMILIES = (*KINDS, *GENERAL)  # the chain kinds, then the general families (families.py)
 TABLE_ROWS = 24  # entities per type and domain
 _SIGNATURE_SALT = "astra-table2-signature-v1"  # fixed: the held-out signatures never move
 
@@ -87,6 +103,11 @@ class GenSpec(BaseModel):
     signature_holdout_pct: int = Field(
         20, ge=1, le=80, description="percent of chain signatures held out of training (split b)"
     )
+    families: list[str] = Field(
+        default_factory=lambda: list(KINDS),
+        description="task families: chain kinds (attr, hop, hop2, both, pair) and general ones "
+        "(typed, optional, choose, parallel, multi, none, followup); default: the chain kinds",
+    )
 
     @field_validator("heldout_domains")
     @classmethod
@@ -94,6 +115,28 @@ class GenSpec(BaseModel):
         if v is not None and len(set(v)) != len(v):
             raise ValueError(f"a domain is named twice: {v}")
         return v
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, v: list[str]) -> list[str]:
+        unknown = [f for f in v if f not in FAMILIES]
+        if unknown or len(set(v)) != len(v) or not v:
+            raise ValueError(f"families must be distinct names of {FAMILIES}, got {v}")
+        return sorted(v, key=FAMILIES.index)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without ``families`` when it is the default: a spec of the chain kinds alone dumps
+        (and is recorded in ``arenas.json`` and experiment fingerprints) as before the field."""
+        data: dict[str, Any] = handler(self)
+        if self.families == list(KINDS):
+            data.pop("families", None)
+        return data
+
+    @property
+    def general(self) -> list[str]:
+        """The general families asked for (none: the chain generator as it always was)."""
+        return [f for f in self.families if f in GENERAL]
 
 
 def load_domains(path: Path = DOMAINS_FILE) -> list[Domain]:
@@ -420,31 +463,80 @@ def _record(
     }
 
 
+def _chain_record(
+    split: str,
+    n: int,
+    pool: _Pool,
+    ctx: dict[str, tuple[dict[str, Tool], Tables]],
+    rng: random.Random,
+    seen: set[tuple[str, str]],
+    kinds: tuple[str, ...],
+) -> dict[str, Any] | None:
+    """One chain task of ``kinds`` (one kind: drawn by the caller; several: drawn here after
+    the domain), or None for a (signature, start) the split already has."""
+    domains = [d for d in pool.domains if any(p.kind in kinds for p in pool.plans[d.name])]
+    if not domains:
+        raise ConfigError(f"split {split} has no chain task of the kinds {list(kinds)}")
+    d = rng.choice(domains)
+    kind = kinds[0]
+    if len(kinds) > 1:
+        kind = rng.choice(sorted({p.kind for p in pool.plans[d.name] if p.kind in kinds}))
+    plan = rng.choice([p for p in pool.plans[d.name] if p.kind == kind])
+    rows = ctx[d.name][1].ids[plan.start]
+    start = rng.choice(rows[pool.rows] if pool.rows else rows)
+    if (plan.signature(d), start) in seen:
+        return None
+    seen.add((plan.signature(d), start))
+    return _record(split, n, d, plan, start, ctx[d.name], rng)
+
+
+def _chain_kinds(pool: _Pool, kinds: list[str]) -> list[str]:
+    have = {p.kind for plans in pool.plans.values() for p in plans}
+    return [k for k in kinds if k in have]
+
+
+def _general(spec: GenSpec, domains: list[Domain]) -> GeneralTasks | None:
+    if not spec.general:
+        return None
+    train, held = split_domains(spec, domains)
+    words = (set().union(*(d.words() for d in train)), set().union(*(d.words() for d in held)))
+    pct = spec.signature_holdout_pct
+    return GeneralTasks.of(spec.general, words, lambda s: signature_heldout(s, pct))
+
+
 def generate(spec: GenSpec, domains: list[Domain] | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Every split's records, deterministic for ``spec``: domains drawn uniformly, then a chain
-    kind, then a shape of that kind and a start entity; no (signature, start) twice in a split."""
+    """Every split's records, deterministic for ``spec``. Chain kinds alone (the default): a
+    domain drawn uniformly, then a chain kind, then a shape of that kind and a start entity;
+    no (signature, start) twice in a split. With general families: first a family, drawn
+    uniformly, the chain kinds asked counting as one; then a task of it (:mod:`general`)."""
     domains = domains if domains is not None else load_domains()
     pools = _pools(spec, domains)
     ctx = {d.name: (domain_tools(d, t := make_tables(d, spec.seed)), t) for d in domains}
+    chain_kinds = [f for f in spec.families if f in KINDS]
+    general = _general(spec, domains)
     out: dict[str, list[dict[str, Any]]] = {}
     for split in SPLITS:
         pool, rng = pools[split], random.Random(f"tasks|{spec.seed}|{split}")
         want = spec.train_tasks if split == "train" else spec.eval_tasks
         seen: set[tuple[str, str]] = set()
         records: list[dict[str, Any]] = []
+        kinds = _chain_kinds(pool, chain_kinds)
+        slots = (["chains"] if kinds else []) + (general.pools[split].families() if general else [])
+        if not slots:
+            raise ConfigError(f"split {split} has no task of the families {spec.families}")
         for _ in range(want * 50):
             if len(records) == want:
                 break
-            d = rng.choice(pool.domains)
-            kinds = sorted({p.kind for p in pool.plans[d.name]})
-            kind = rng.choice(kinds)
-            plan = rng.choice([p for p in pool.plans[d.name] if p.kind == kind])
-            rows = ctx[d.name][1].ids[plan.start]
-            start = rng.choice(rows[pool.rows] if pool.rows else rows)
-            if (plan.signature(d), start) in seen:
-                continue
-            seen.add((plan.signature(d), start))
-            records.append(_record(split, len(records), d, plan, start, ctx[d.name], rng))
+            n = len(records)
+            if general is None:
+                record = _chain_record(split, n, pool, ctx, rng, seen, tuple(kinds))
+            elif (slot := rng.choice(slots)) == "chains":
+                kind = (rng.choice(kinds),)
+                record = _chain_record(split, n, pool, ctx, rng, seen, kind)
+            else:
+                record = general.record(split, n, slot, rng)
+            if record is not None:
+                records.append(record)
         if len(records) < want:
             raise ConfigError(f"split {split}: only {len(records)} distinct tasks, {want} asked")
         out[split] = records
@@ -460,23 +552,29 @@ def _start(record: dict[str, Any]) -> str:
 def check_split(
     splits: dict[str, list[dict[str, Any]]], spec: GenSpec, domains: list[Domain] | None = None
 ) -> None:
-    """No training record of a held-out domain or signature, no start entity of split a in
-    training, no prompt twice: a ConfigError naming the first record that breaks it."""
+    """No training record of a held-out domain, service or signature, no start entity (chains)
+    or task values (general families) of split a in training, no first or last user turn
+    twice: a ConfigError naming the first record that breaks it."""
     domains = domains if domains is not None else load_domains()
     _, held = split_domains(spec, domains)
     held_names = {d.name for d in held}
-    train_starts = {_start(r) for r in splits["train"]}
+    if spec.general:
+        held_names |= {s.name for s in load_catalog().services if s.heldout}
+    train_starts = {_start(r) for r in splits["train"] if "instance" not in r}
+    train_values = {r["instance"] for r in splits["train"] if "instance" in r}
     for r in splits["train"]:
         if r["domain"] in held_names or signature_heldout(
             r["signature"], spec.signature_holdout_pct
         ):
             raise ConfigError(f"training task {r['task_id']} is of a held-out domain or signature")
     for r in splits.get("a", []):
-        if _start(r) in train_starts:
+        seen = r["instance"] in train_values if "instance" in r else _start(r) in train_starts
+        if seen:
             raise ConfigError(f"task {r['task_id']} of split a starts where a training task does")
-    prompts = [r["prompt"][0]["content"] for rs in splits.values() for r in rs]
-    if len(set(prompts)) != len(prompts):
-        raise ConfigError("two generated tasks have the same prompt")
+    for end in (0, -1):
+        prompts = [r["prompt"][end]["content"] for rs in splits.values() for r in rs]
+        if len(set(prompts)) != len(prompts):
+            raise ConfigError("two generated tasks have the same prompt")
 
 
 MANIFEST = "arenas.json"

@@ -81,3 +81,13 @@ def make_value(attr: Attr, rng: random.Random) -> str:
     if not attr.values:
         raise ConfigError(f"attribute {attr.field!r} of kind choice has no values")
     return rng.choice(attr.values)
+
+
+def make_kind(kind: str, rng: random.Random) -> str:
+    """A value of one of the kinds above (``person``, ``city``…; not ``choice``)."""
+    if kind not in _MAKERS:
+        raise ConfigError(f"unknown value kind {kind!r}", hint=f"known: {', '.join(_MAKERS)}")
+    return _MAKERS[kind](rng)
+
+
+VALUE_KINDS = tuple(_MAKERS)
