@@ -17,7 +17,7 @@ from typing import Any
 
 from astra_agent.testing.scripted_server import Reply, Script
 from eval.bfcl.backend import method_table, new_instances, parse_call
-from eval.bfcl.categories import MULTI_TURN, RELEVANCE, RUNNABLE
+from eval.bfcl.categories import MULTI_TURN, RELEVANCE, SINGLE_TURN
 from eval.bfcl.official import CATEGORIES, Entry, load_category
 from eval.bfcl.single import SingleEntry, fc_tools, load_single, messages
 
@@ -125,7 +125,7 @@ def main() -> None:
     from astra_agent.testing.scripted_server import _HTTPServer
 
     ap = argparse.ArgumentParser(description="BFCL replay model (a fake model over HTTP).")
-    ap.add_argument("--category", required=True, choices=RUNNABLE)
+    ap.add_argument("--category", required=True, choices=SINGLE_TURN + MULTI_TURN)
     ap.add_argument("--mixed", action="store_true", help="single-turn: gold and mutated answers")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--model", default="scripted")
