@@ -25,7 +25,9 @@ _REPORTED_ERRORS = 5  # a body with thousands of bad items gets a bounded messag
 
 
 class RequestError(Exception):
-    """A request refused: ``status`` and vLLM's error body (see :meth:`body`)."""
+    """A request answered with an error: ``status`` and vLLM's error body (see :meth:`body`).
+    A client's error is a 4xx; the one 5xx is what the server could not do for a valid request
+    (a ``tool_choice`` its model did not meet: :mod:`serving.hf_server`)."""
 
     def __init__(
         self,

@@ -261,6 +261,7 @@ def _serve_config(model: Path | None, profile: str | None, config: Path | None, 
         "max_model_len",
         "dtype",
         "startup_timeout_s",
+        "trust_request_chat_template",
     ),
     flags={"startup_timeout_s": "startup_timeout"},
 )

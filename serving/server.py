@@ -88,6 +88,12 @@ class ServeConfig(BaseModel):
         "prompt and parses the reply as content, a request may still ask for thinking with "
         "chat_template_kwargs; null leaves the template's own default",
     )
+    trust_request_chat_template: bool = Field(
+        False,
+        description="render a request's own `chat_template` (in the body or in "
+        "chat_template_kwargs) instead of refusing it with a 400; vLLM's flag of the same name, "
+        "passed to either engine. Off: a client could otherwise run any template on the server",
+    )
     api_key: str | None = None
     cpu_kvcache_space_gib: int | None = Field(None, ge=1)
     startup_timeout_s: float = Field(600.0, gt=0, description="seconds vLLM may take to start")
@@ -204,6 +210,8 @@ def hf_command(cfg: ServeConfig) -> list[str]:
         cmd += ["--default-chat-template-kwargs", json.dumps(kwargs)]
     if cfg.generation:
         cmd += ["--override-generation-config", json.dumps(cfg.generation)]
+    if cfg.trust_request_chat_template:
+        cmd.append("--trust-request-chat-template")
     return cmd
 
 
@@ -247,6 +255,8 @@ def vllm_command(cfg: ServeConfig, python: str) -> list[str]:
         cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
     if cfg.enforce_eager:
         cmd.append("--enforce-eager")
+    if cfg.trust_request_chat_template:
+        cmd.append("--trust-request-chat-template")
     if cfg.generation:
         cmd += ["--override-generation-config", json.dumps(cfg.generation)]
     if cfg.api_key:

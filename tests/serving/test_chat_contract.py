@@ -5,6 +5,7 @@ Each row is a bad request as a client (or an attacker) sends it; the server must
 a 4xx — never a dropped connection, a hang or a 500 — whose body is vLLM's ``ErrorResponse``
 naming the field at fault, and then answer a valid request with a 200. Where the two engines
 answer differently, the row says what vLLM does (``vllm=...``) and why the hf engine differs.
+The last test holds both engines to ``tool_choice`` (none, required, a named tool) the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from serving.endpoint_check import CHECK_MESSAGES, CHECK_TOOL
 from serving.server import ModelServer
 
 pytestmark = pytest.mark.integration
@@ -200,3 +202,70 @@ def test_a_bad_request_is_answered_4xx_naming_its_field(
         if names is not None:
             assert names in f"{error['param']} {error['message']}", error
     _valid_request_answers(server)
+
+
+# ------------------------------------------------------------------ tool_choice, enforced
+
+NAMED_CHECK = {"type": "function", "function": {"name": CHECK_TOOL["function"]["name"]}}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A ``tool_choice`` and each engine's answer on the scripted tiny checkpoint (which thinks,
+    then calls its tool in its own compact JSON, ``<tool_call>{"name":"get_current_time",…``):
+    ``(status, finish_reason, calls)``, calls the number of calls of the check tool (each with a
+    JSON object as arguments). ``note`` says why the engines differ."""
+
+    id: str
+    choice: Any
+    hf: tuple[int, str | None, int]
+    vllm: tuple[int, str | None, int]
+    note: str = ""
+
+
+OPENED = (
+    'vLLM\'s grammar opens the call with the name, spaced (`<tool_call>{"name": '
+    '"get_current_time", "arguments": `), which the scripted model does not continue (it knows '
+    "its compact script only): it writes inside the arguments, which the grammar leaves free "
+    "for a tool not marked strict, until max_tokens: no call, finish length. "
+)
+CHOICES = [
+    Choice("none", "none", hf=(200, "stop", 0), vllm=(200, "stop", 0)),
+    Choice(
+        "required",
+        "required",
+        hf=(200, "tool_calls", 1),
+        vllm=(200, "length", 0),
+        note=OPENED + "The hf engine opens `<tool_call>` only, and the model writes its call.",
+    ),
+    Choice(
+        "named",
+        NAMED_CHECK,
+        hf=(500, None, 0),
+        vllm=(200, "length", 0),
+        note=OPENED + "The hf engine opens it alike (the template's format) and refuses what "
+        "follows: a 500 naming tool_choice, not a text reply (test_hf_tool_choice.py has a named "
+        "call that succeeds).",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CHOICES, ids=[c.id for c in CHOICES])
+def test_tool_choice_is_enforced(engine: tuple[str, ModelServer], case: Choice) -> None:
+    name, server = engine
+    status, finish, n_calls = case.vllm if name == "vllm" else case.hf
+    body = _body(messages=CHECK_MESSAGES, tools=[CHECK_TOOL], tool_choice=case.choice)
+    body["max_tokens"], body["temperature"] = 200, 0
+    r = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120)
+    assert r.status_code == status, r.text
+    if status != 200:
+        assert r.json()["error"]["param"] == "tool_choice"
+        _valid_request_answers(server)
+        return
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == finish, choice
+    calls = choice["message"].get("tool_calls") or []
+    assert [c["function"]["name"] for c in calls] == ["get_current_time"] * n_calls, choice
+    assert all(isinstance(json.loads(c["function"]["arguments"]), dict) for c in calls)
+    if case.choice == "none":  # the call the model writes is left as text
+        assert "get_current_time" in choice["message"]["content"]

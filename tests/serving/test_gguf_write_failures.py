@@ -224,7 +224,7 @@ def test_a_name_too_long_for_the_temporary_sibling(tmp_path: Path) -> None:
     assert f"over this filesystem's limit of {limit} bytes a name" in said
     assert "hint: pick a name of at most" in said
     with pytest.raises(OSError) as exc:  # the temporary sibling's name is really too long
-        (tmp_path / f".{name}.{gguf.BUILDING}-{os.getpid()}").mkdir()
+        gguf.IMPORT.sibling(tmp_path / name).mkdir()
     assert exc.value.errno == errno.ENAMETOOLONG
 
 

@@ -4,6 +4,11 @@ scripted tiny checkpoint and on the real model."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -12,6 +17,7 @@ import pytest
 
 from serving.endpoint_check import CHECK_MESSAGES, check_endpoint
 from serving.server import ModelServer, free_port, load_serve_config
+from tests.conftest import REPO, from_a_terminal
 from tests.serving.conftest import (
     assert_answer_after_tool_result,
     assert_endpoint_check_passes,
@@ -53,6 +59,59 @@ def test_bad_requests_are_400s_and_the_server_lives_on(hf_server: ModelServer) -
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=CHECK_MESSAGES)
     assert check_endpoint(hf_server.base_url).passed(strict=True)
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], base: str, log: Path) -> None:
+    deadline = time.monotonic() + 180  # a bound on a hang, not a speed: machines get busy
+    while True:
+        try:
+            if httpx.get(f"{base}/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("trusted", [False, True], ids=["default", "trusted"])
+def test_up_renders_a_request_template_only_with_the_trust_flag(
+    tiny_bf16: Path, tmp_path: Path, trusted: bool
+) -> None:
+    """``astra-serve up --engine hf [--trust-request-chat-template]`` as a user runs it: a
+    request's own ``chat_template`` is a 400 naming the flag by default, and is the prompt with
+    the flag."""
+    from transformers import AutoTokenizer
+
+    port, log = free_port(), tmp_path / "up.log"
+    args = ["up", "--model", str(tiny_bf16), "--engine", "hf", "--port", str(port)]
+    args += ["--max-model-len", "1024"] + (["--trust-request-chat-template"] if trusted else [])
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "serving", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, "ASTRA_HOME": str(tmp_path / "home")},
+            preexec_fn=from_a_terminal,
+        )
+    body = {"model": "astra-tiny", "messages": [{"role": "user", "content": "hi"}]}
+    body |= {"max_tokens": 2, "chat_template": "{{ 'hello there' }}"}
+    try:
+        _wait_healthy(proc, f"http://127.0.0.1:{port}", log)
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body, timeout=60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log.read_text()
+    if not trusted:
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == "chat_template"
+        assert "--trust-request-chat-template" in error["message"]
+        return
+    assert r.status_code == 200, r.text
+    hello = AutoTokenizer.from_pretrained(str(tiny_bf16)).encode("hello there")
+    assert r.json()["usage"]["prompt_tokens"] == len(hello)  # the request's template, rendered
 
 
 def test_the_hf_engine_refuses_to_serve_beyond_loopback(tiny_bf16: Path) -> None:

@@ -18,6 +18,7 @@ from serving.server import (
     ModelServer,
     ServeConfig,
     dtype_warning,
+    hf_command,
     load_serve_config,
     profile_names,
     served_dtype,
@@ -87,6 +88,16 @@ def test_command_enables_parsers_and_settings() -> None:
     ):
         assert part in joined, part
     assert '"temperature": 0.6' in joined
+
+
+def test_a_request_template_is_trusted_only_when_asked_by_either_engine() -> None:
+    """``trust_request_chat_template`` (off by default) passes vLLM's flag of the same name to
+    whichever engine serves."""
+    plain = load_serve_config("tiny-cpu", model=Path("/m"))
+    trusting = plain.model_copy(update={"trust_request_chat_template": True})
+    for command in (lambda c: vllm_command(c, "py"), hf_command):
+        assert "--trust-request-chat-template" not in command(plain)
+        assert command(trusting).count("--trust-request-chat-template") == 1
 
 
 def test_env_overrides_profile(monkeypatch: pytest.MonkeyPatch) -> None:
