@@ -29,9 +29,13 @@ async def cpu_per_reply(call: Callable[[], Awaitable[Any]], calls: int, concurre
     return 1e3 * (time.process_time() - cpu0) / calls
 
 
-def arena_rows(tokenizer_dir: Any, workdir: Any) -> list[dict[str, Any]]:
+def arena_rows(
+    tokenizer_dir: Any, workdir: Any, *, in_task_order: bool = False
+) -> list[dict[str, Any]]:
     """The 24 training arena trajectories (reference chains replayed through the real loop)
-    tokenized with ``tokenizer_dir``'s tokenizer: ``{"input_ids", "assistant_masks"}`` rows."""
+    tokenized with ``tokenizer_dir``'s tokenizer: ``{"input_ids", "assistant_masks"}`` rows, in
+    the order the replay finished them, or with ``in_task_order`` in the tasks' file order
+    (the same rows in every run)."""
     import json
     import shutil
 
@@ -42,8 +46,11 @@ def arena_rows(tokenizer_dir: Any, workdir: Any) -> list[dict[str, Any]]:
     results, _ = asyncio.run(replay_arenas(TRAIN_TASKS, workdir / "replay"))
     tok = load_tokenizer(tokenizer_dir)
     rows = []
-    for line in results.read_text().splitlines():
-        traj = json.loads(line)["trajectory"]
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    if in_task_order:
+        records.sort(key=lambda r: r["index"])
+    for record in records:
+        traj = record["trajectory"]
         t = tokenize(tok, traj["messages"], traj["tools"])
         rows.append({"input_ids": t.input_ids, "assistant_masks": t.loss_mask})
     return rows
@@ -74,7 +81,7 @@ def sft_parser(doc: str | None, *, steps: int, workdir: Path) -> argparse.Argume
     return ap
 
 
-def train_sft(
+def sft_trainer(
     model_dir: Path,
     rows: list[dict[str, Any]],
     out: Path,
@@ -83,11 +90,12 @@ def train_sft(
     steps: int,
     callbacks: Sequence[Any] = (),
     logging_steps: int = 10**6,
-) -> tuple[Any, Any, float]:
-    """One ``SFTTrainer`` run on CPU of ``rows`` for ``steps`` steps, nothing saved: the trainer,
-    its ``TokenCounts`` and the wall seconds of ``train()`` alone. ``settings``: the config
-    fields the benchmark compares or fixes, over a base every SFT benchmark shares, so that
-    their figures time the same thing."""
+    counts: Any = None,
+) -> tuple[Any, Any]:
+    """An ``SFTTrainer`` on CPU of ``rows`` for ``steps`` steps that saves nothing, built as
+    ``astra-train sft`` builds it, and its ``TokenCounts`` (``counts``, or new ones).
+    ``settings``: the config fields the benchmark compares or fixes, over a base every SFT
+    benchmark shares, so that their figures time the same thing."""
     from training.sft.config import SFTConfig
     from training.sft.trl import TokenCounts, load_model, make_trainer, trl_args
     from training.template import load_tokenizer
@@ -103,18 +111,63 @@ def train_sft(
             **settings,
         }
     )
-    counts = TokenCounts()
+    counts = TokenCounts() if counts is None else counts
     args = trl_args(cfg, "cpu", save_strategy="no", logging_steps=logging_steps)
     model = load_model(cfg)
     trainer = make_trainer(
         cfg, model, load_tokenizer(model_dir), rows, args, list(callbacks), counts
     )
+    return trainer, counts
+
+
+def train_sft(
+    model_dir: Path,
+    rows: list[dict[str, Any]],
+    out: Path,
+    settings: dict[str, Any],
+    *,
+    steps: int,
+    callbacks: Sequence[Any] = (),
+    logging_steps: int = 10**6,
+    counts: Any = None,
+) -> tuple[Any, Any, float]:
+    """One run of :func:`sft_trainer`: the trainer, its ``TokenCounts`` and the wall seconds of
+    ``train()`` alone."""
+    trainer, counts = sft_trainer(
+        model_dir, rows, out, settings, steps=steps, callbacks=callbacks,
+        logging_steps=logging_steps, counts=counts,
+    )  # fmt: skip
     t0 = time.perf_counter()
     trainer.train()
     return trainer, counts, time.perf_counter() - t0
 
 
+def load_average() -> float:
+    """The 1-minute load average."""
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``lscpu``'s, else /proc/cpuinfo's) and whether it has AMX or
+    AVX512-BF16: bf16 speeds differ by several times between these machines."""
+    import re
+    import subprocess
+
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    found = re.search(r"Model name:\s*(.+)", text)
+    with open("/proc/cpuinfo") as f:
+        info = f.read()
+    if not found:
+        found = re.search(r"model name\s*:\s*(.+)", info)
+    flags = [f for f in ("amx_bf16", "avx512_bf16", "avx2") if re.search(rf"\b{f}\b", info)]
+    name = found.group(1).strip() if found else "unknown CPU"
+    return f"{name} ({', '.join(flags) or 'no AVX2'})"
+
+
 def print_load_average() -> None:
     """The 1-minute load average, printed last: a busy machine explains slow figures."""
-    with open("/proc/loadavg") as f:
-        print(f"load average at the end: {f.read().split()[0]}")
+    print(f"load average at the end: {load_average()}")

@@ -15,7 +15,8 @@ The loss is ours too (:func:`training.rl.core.policy_loss`, the batch-level toke
 ``beta = 0``: no reference model, no KL, no entropy): ``_compute_loss`` divides each
 micro-batch's token sum by the token count of the whole step's batch, so the accumulated
 gradient is that of one token mean over the batch. A test checks that TRL's own ``dapo`` loss
-gives the same value on the same tensors.
+gives the same value on the same tensors. On CPU the log-probabilities come from the LM head
+at the trained positions only (:func:`trained_logps`); TRL's fused head stays on GPUs.
 
 Rollouts run on a persistent event loop (``asyncio.Runner``) so that pooled sandboxes and the
 inference side's connections live across steps (:mod:`training.rl.inference`; by
@@ -121,6 +122,31 @@ def trim_padding(inputs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def head_at_trained_positions(ids: Any) -> bool:
+    """Whether the update runs the LM head only where a token trains (:func:`trained_logps`):
+    on CPU. TRL's fused head stays elsewhere (it never holds a tokens × vocabulary block of
+    logits, which long sequences on a GPU need)."""
+    return bool(ids.device.type == "cpu")
+
+
+def trained_logps(
+    model: Any, ids: Any, attn: Any, completion_ids: Any, mask: Any, temperature: float = 1.0
+) -> Any:
+    """Log-probabilities of the completion tokens (batch × completion length) at temperature
+    ``temperature``, with the LM head run only at the positions that predict a trained token
+    (``mask``: completion and not tool output); 0 at the others, which the loss and its
+    statistics mask out. TRL's fused head scores every position of prompt and completion on
+    CPU (only CUDA's Triton kernel skips the rest) and computes its backward in float32; the
+    values where the mask is set are the same."""
+    cols = mask.any(0).nonzero().squeeze(-1)  # completion columns with a trained token
+    pos = ids.size(1) - completion_ids.size(1) - 1 + cols  # the positions predicting them
+    logits = model(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=pos)
+    z = logits.logits.float() / temperature
+    picked = completion_ids[:, cols]
+    logp = z.gather(-1, picked.unsqueeze(-1)).squeeze(-1) - z.logsumexp(-1)
+    return logp.new_zeros(completion_ids.shape).index_copy(1, cols, logp)
+
+
 def _trainer_class() -> type:
     from trl import GRPOTrainer
 
@@ -163,8 +189,14 @@ def _trainer_class() -> type:
             ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
             attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
             keep = inputs["completion_ids"].size(1)
-            logp, _, _ = self._get_per_token_logps_and_entropies(model, ids, attn, keep)
             mask = inputs["completion_mask"] * inputs["tool_mask"]
+            if head_at_trained_positions(ids):
+                with self.accelerator.autocast():
+                    logp = trained_logps(
+                        model, ids, attn, inputs["completion_ids"], mask, self.temperature
+                    )
+            else:
+                logp, _, _ = self._get_per_token_logps_and_entropies(model, ids, attn, keep)
             # one token mean over the step's batch: each micro-batch's sum over the tokens of
             # the whole batch. TRL tells the Trainer its loss is already scaled for gradient
             # accumulation (compute_loss_func set), so the Trainer adds no division; should a

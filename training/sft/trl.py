@@ -5,7 +5,9 @@ training template, the loss mask derived once) and handed over as ``input_ids`` 
 ``assistant_masks``; TRL turns the mask into labels (-100 elsewhere) and shifts them itself.
 ``packing: true`` runs padding-free batches (the micro batch's sequences concatenated into one
 row, positions restarting per sequence, no pad token computed); rows longer than ``max_length``
-are refused, never cut.
+are refused, never cut. On CPU the loss runs the LM head only at the trained positions
+(:func:`trained_token_loss`); TRL's fused head, which scores every position there, stays on
+GPUs.
 """
 
 from __future__ import annotations
@@ -178,6 +180,51 @@ def _metrics_callback(
     return MetricsCallback()
 
 
+def head_at_trained_positions(args: Any, inputs: dict[str, Any]) -> bool:
+    """Whether the loss runs the LM head only where a token is trained
+    (:func:`trained_token_loss`): on CPU. TRL's fused head scores every position there
+    (only CUDA's Triton kernel skips the untrained ones) and computes its backward in float32,
+    which kept the trainer below a plain torch loop's speed (bench/train_speed.py). Elsewhere
+    TRL's head stays: it never holds a (tokens × vocabulary) block of logits, which long
+    sequences on a GPU need."""
+    return args.device.type == "cpu" and "labels" in inputs and "shift_labels" not in inputs
+
+
+def trained_token_loss(
+    model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None
+) -> tuple[Any, dict[str, float]]:
+    """The SFT loss of one micro-batch with the LM head at the trained positions only: the
+    summed negative log-likelihood of the tokens whose label is not -100 (labels shifted by
+    one, as transformers' and TRL's losses shift them), divided by ``num_items_in_batch`` (the
+    trained tokens of the whole optimizer step; this micro-batch's when None). The same value
+    as TRL's loss; also TRL's metrics over those tokens (entropy, top-1 accuracy). It holds
+    the float32 logits of the trained tokens (trained tokens × vocabulary × 4 bytes: 0.2 GB
+    for 1,000 of SmolLM2's) and their gradient."""
+    import torch
+
+    targets = inputs["labels"][:, 1:]
+    keep = (targets != -100).any(0).nonzero().squeeze(-1)  # positions whose next token trains
+    fwd = {k: v for k, v in inputs.items() if k != "labels"}
+    logits = model(**fwd, use_cache=False, logits_to_keep=keep).logits.float()
+    picked = targets[:, keep]
+    logp = torch.log_softmax(logits, dim=-1)
+    nll = torch.nn.functional.nll_loss(
+        logp.flatten(0, 1), picked.flatten(), ignore_index=-100, reduction="sum"
+    )
+    valid = picked != -100
+    n = int(valid.sum())
+    total = n if num_items_in_batch is None else num_items_in_batch
+    loss = nll / torch.as_tensor(total).clamp(min=1)
+    with torch.no_grad():
+        entropy = -(logp.exp() * logp).sum(-1)
+        right = logp.argmax(-1) == picked
+        stats = {
+            "entropy": float(entropy[valid].sum()) / n if n else 0.0,
+            "mean_token_accuracy": float(right[valid].sum()) / n if n else 0.0,
+        }
+    return loss, stats
+
+
 def make_trainer(
     cfg: SFTConfig,
     model: Any,
@@ -193,10 +240,29 @@ def make_trainer(
     from trl import SFTTrainer
 
     class CountingSFTTrainer(FiniteGuard, SFTTrainer):
-        def compute_loss(self, model: Any, inputs: Any, *a: Any, **kw: Any) -> Any:
+        def compute_loss(
+            self,
+            model: Any,
+            inputs: Any,
+            return_outputs: bool = False,
+            num_items_in_batch: Any = None,
+        ) -> Any:
             if model.training:
                 counts.add(inputs)
-            return super().compute_loss(model, inputs, *a, **kw)
+            if return_outputs or not head_at_trained_positions(self.args, inputs):
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            loss, stats = trained_token_loss(model, inputs, num_items_in_batch)
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+                loss = loss * self.accelerator.num_processes  # as TRL's: DDP averages
+            mode = "train" if model.training else "eval"
+            for key, value in stats.items():
+                self._metrics[mode][key].append(value)
+            if mode == "train":  # TRL's running count of the tokens seen, padding excluded
+                mask = inputs.get("attention_mask")
+                seen = mask.sum() if mask is not None else inputs["input_ids"].size(1)
+                self._total_train_tokens += int(seen)
+            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+            return loss
 
     trainer = CountingSFTTrainer(
         model=model,
