@@ -4,7 +4,7 @@ recipes with their overrides, and the evaluation (``astra-train table2 run --con
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -23,8 +23,19 @@ class EvalSettings(BaseModel):
         default_factory=lambda: list(SPLIT_NAMES),
         description="arena sets scored for each model: a, b, c (generated), heldout (ours)",
     )
-    bfcl_limit: int = Field(10, ge=0, description="BFCL-V3 multi-turn entries (0: none)")
-    bfcl_categories: str = Field("base", description="BFCL categories of the slice")
+    bfcl_limit: int = Field(
+        10, ge=0, description="BFCL entries a category, the first of each (0: no BFCL)"
+    )
+    bfcl_categories: str = Field(
+        "base",
+        description="BFCL categories and groups of the slice, as `astra-eval bfcl --categories` "
+        "takes them (single_turn: non-live and live AST, irrelevance, relevance)",
+    )
+    bfcl_half: Literal["selection", "report"] | None = Field(
+        None,
+        description="score one fixed half of BFCL only (`astra-eval bfcl --half`): settings are "
+        "chosen on `selection`, a published table scores `report` once (docs/evaluation.md)",
+    )
     concurrency: int = Field(16, ge=1, description="episodes at once against vLLM")
     max_tokens: int = Field(256, ge=16, description="tokens per reply")
     max_steps: int = Field(8, ge=1, description="model calls per arena task")
@@ -82,6 +93,8 @@ class ExperimentConfig(BaseModel):
             mode="json", exclude={"out"} | ({"serve"} if not self.serve else set())
         )
         data["eval"].pop("concurrency")
+        if data["eval"]["bfcl_half"] is None:  # experiments started before it existed match
+            data["eval"].pop("bfcl_half")
         for key in ("sft_recipe", "rl_recipe"):
             data[key] = read_mapping(getattr(self, key))
         return data

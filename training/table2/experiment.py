@@ -3,8 +3,9 @@ trajectories (``run_episode`` with the replay model) → ``astra-train data sft`
 sft`` → ``astra-train rl`` (GRPO, Adaptive Batch Filling, token-mean loss, rollouts through the
 real vLLM server) from the SFT checkpoint; base, SFT and SFT+RL each served by vLLM and scored by
 ``astra-eval arenas`` on the held-out splits a, b, c and the hand-written held-out set, and by
-``astra-eval bfcl`` on a BFCL-V3 multi-turn slice; then the table (paired tests), the
-comparisons and the HTML report.
+``astra-eval bfcl`` on a BFCL slice (``eval.bfcl_categories``, the first ``bfcl_limit`` of each
+category, of one fixed half with ``bfcl_half``); then the table (paired tests; a row per BFCL
+group), the comparisons and the HTML report.
 
 Every stage runs the CLI a user runs, as a child process, its output in ``OUT/logs``. A stage
 whose output is complete is skipped, so a rerun after ``kill -9`` continues where it stopped
@@ -168,6 +169,7 @@ def stage_eval(x: Experiment, stage: str) -> None:
                 str(bfcl),
                 "--base-url",
                 srv.base_url,
+                *(["--half", ev.bfcl_half] if ev.bfcl_half else []),
                 *common,
                 *resume,
             )

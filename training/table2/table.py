@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from astra_agent.runio import write_json_atomic, write_text_atomic
+from eval.bfcl.categories import LIVE_AST, MEMORY, MULTI_TURN, NON_LIVE_AST, resolve
 from eval.compare import mean_ci
-from eval.report.scores import scores, solved
 from eval.rundir import load_run
 from training.table2.directory import MODELS, Experiment
 
@@ -25,48 +25,91 @@ SPLIT_TITLES = {
     "b": "b: held-out chain signatures",
     "c": "c: unseen domains",
     "heldout": "hand-written held-out arenas",
-    "bfcl": "BFCL-V3 multi-turn slice",
+}
+BFCL_SETS = {  # the rows the one BFCL run gives: the leaderboard's groups, each scored apart
+    "bfcl-non-live": NON_LIVE_AST,
+    "bfcl-live": LIVE_AST,
+    "bfcl-irrelevance": ("irrelevance", "live_irrelevance"),
+    "bfcl-relevance": ("live_relevance",),
+    "bfcl-multi-turn": MULTI_TURN,
+    "bfcl-memory": MEMORY,
+}
+SPLIT_TITLES |= {
+    "bfcl-non-live": "BFCL non-live AST",
+    "bfcl-live": "BFCL live AST",
+    "bfcl-irrelevance": "BFCL irrelevance (no call)",
+    "bfcl-relevance": "BFCL relevance (a call)",
+    "bfcl-multi-turn": "BFCL-V3 multi-turn",
+    "bfcl-memory": "BFCL memory",
 }
 
 
-def cell(run: Path) -> dict[str, Any] | None:
+def bfcl_sets(x: Experiment) -> list[str]:
+    """The BFCL rows of the table: the groups of ``BFCL_SETS`` the slice's categories meet."""
+    ev = x.cfg.eval
+    if not ev.bfcl_limit:
+        return []
+    cats = set(resolve([c.strip() for c in ev.bfcl_categories.split(",") if c.strip()]))
+    return [s for s, members in BFCL_SETS.items() if cats & set(members)]
+
+
+def run_dir(x: Experiment, stage: str, s: str) -> Path:
+    """The eval run that holds set ``s`` of ``stage``'s model (every BFCL set: the one run)."""
+    return x.eval_dir(stage, "bfcl" if s in BFCL_SETS else s)
+
+
+def cell(run: Path, categories: tuple[str, ...] | None = None) -> dict[str, Any] | None:
     """One eval run's figures (None where it is not there): the scores its kind gives the
-    entries that got one (an arena task's reward, a BFCL verdict as 1/0), the errors apart."""
+    entries that got one (an arena task's reward, a BFCL verdict as 1/0), the errors apart;
+    of a BFCL run, those of ``categories`` only (None where none of them ran)."""
     if not (run / "summary.json").is_file():
         return None
     loaded = load_run(run)
-    got = scores(loaded)
+    kind = loaded.eval_kind
+    records = [r for r in loaded.records if categories is None or r.get("category") in categories]
+    if not records:  # a BFCL group none of whose categories ran
+        return None
+    got = [v for r in records if kind and kind.score and (v := kind.score(r)) is not None]
     m, half = mean_ci(got) or (0.0, 0.0)
     n = len(got)
+    done = sum(kind.is_solved(r) for r in records) if kind else 0
     return {
         "n": n,
-        "errors": len(loaded.records) - n,
+        "errors": len(records) - n,
         "mean": round(m, 4),
         "ci95": round(half, 4),
-        "solved": round(solved(loaded) / n, 4) if n else 0.0,
+        "solved": round(done / n, 4) if n else 0.0,
     }
 
 
 def paired(x: Experiment, a: str, b: str, sets: list[str]) -> dict[str, Any]:
     """Stage ``b`` against stage ``a`` on each set (and pooled over a–c): the mean paired
-    difference with its 95% CI, and the tests of ``astra-eval compare``."""
+    difference with its 95% CI, and the tests of ``astra-eval compare`` (on a BFCL set, over
+    its categories' entries)."""
     from eval.compare import compare_runs, wilcoxon_rewards, write_comparison
 
     out: dict[str, Any] = {}
     pooled: list[float] = []
+    done: dict[Path, Any] = {}
     for s in sets:
-        da, db = x.eval_dir(a, s), x.eval_dir(b, s)
+        da, db = run_dir(x, a, s), run_dir(x, b, s)
         if not ((da / "summary.json").is_file() and (db / "summary.json").is_file()):
             continue
-        c = compare_runs(da, db)
-        dest = x.path("compare", f"{b}-vs-{a}-{s}.json")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        write_comparison(c, dest, overwrite=True)
-        rows = [r for r in c.rows if r.compared]
+        if da not in done:
+            done[da] = c = compare_runs(da, db)
+            dest = x.path("compare", f"{b}-vs-{a}-{'bfcl' if s in BFCL_SETS else s}.json")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            write_comparison(c, dest, overwrite=True)
+        c = done[da]
+        members = BFCL_SETS.get(s)
+        rows = [r for r in c.rows if r.compared and (members is None or r.group in members)]
+        if not rows:
+            continue
         diffs = [float(r.b or 0) - float(r.a or 0) for r in rows]
         if s in POOLED:
             pooled += diffs
-        out[s] = _diff(diffs, [asdict(t) for t in c.tests])
+        tests = c.tests if members is None else c.pairing.tests(rows)[0]
+        out[s] = _diff(diffs, [asdict(t) for t in tests])
     if pooled:
         out["pooled a-c"] = _diff(pooled, [asdict(wilcoxon_rewards(pooled))])
     return out
@@ -78,8 +121,8 @@ def _diff(diffs: list[float], tests: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_table(x: Experiment) -> dict[str, Any]:
-    sets = [*x.cfg.eval.splits, *(["bfcl"] if x.cfg.eval.bfcl_limit else [])]
-    cells = {st: {s: cell(x.eval_dir(st, s)) for s in sets} for st in MODELS}
+    sets = [*x.cfg.eval.splits, *bfcl_sets(x)]
+    cells = {st: {s: cell(run_dir(x, st, s), BFCL_SETS.get(s)) for s in sets} for st in MODELS}
     steps = itertools.pairwise(MODELS)  # each model against the one before it
     comparisons = {f"{b} vs {a}": paired(x, a, b, sets) for a, b in steps}
     return {"sets": sets, "cells": cells, "comparisons": comparisons}
@@ -129,12 +172,14 @@ def write_table(x: Experiment) -> dict[str, Any]:
     md = render_markdown(table)
     write_text_atomic(x.path("table2.md"), md)
     console.print(md, soft_wrap=True, markup=False, highlight=False)
-    runs = [
-        str(x.eval_dir(st, s))
-        for st in MODELS
-        for s in table["sets"]
-        if (x.eval_dir(st, s) / "summary.json").is_file()
-    ]
+    runs = list(
+        dict.fromkeys(
+            str(run_dir(x, st, s))
+            for st in MODELS
+            for s in table["sets"]
+            if (run_dir(x, st, s) / "summary.json").is_file()
+        )
+    )
     runs += [str(x.path(t)) for t in ("sft", "rl") if (x.path(t) / "metrics.jsonl").is_file()]
     if runs:
         x.run(
