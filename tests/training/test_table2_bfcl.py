@@ -38,7 +38,7 @@ def _runs(x: Experiment) -> None:
 def _experiment(tmp_path: Path, **bfcl_settings: object) -> Experiment:
     cfg = ExperimentConfig(
         out=tmp_path / "x",
-        eval={"splits": ["c"], "bfcl_limit": 20, **bfcl_settings},  # type: ignore[arg-type]
+        eval={"splits": ["c"], "bfcl_limit": 20, **bfcl_settings},
     )
     return Experiment(cfg)
 
@@ -71,10 +71,10 @@ def test_each_bfcl_group_is_a_row_with_its_own_paired_tests(tmp_path: Path) -> N
 def test_bfcl_half_is_passed_on_and_absent_from_old_fingerprints(tmp_path: Path) -> None:
     plain = ExperimentConfig(out=tmp_path / "x")
     assert "bfcl_half" not in plain.fingerprint()["eval"]
-    halved = ExperimentConfig(out=tmp_path / "x", eval={"bfcl_half": "report"})  # type: ignore[arg-type]
+    halved = ExperimentConfig(out=tmp_path / "x", eval={"bfcl_half": "report"})
     assert halved.fingerprint()["eval"]["bfcl_half"] == "report"
     with pytest.raises(ValueError, match="bfcl_half"):
-        ExperimentConfig(out=tmp_path / "x", eval={"bfcl_half": "train"})  # type: ignore[arg-type]
+        ExperimentConfig(out=tmp_path / "x", eval={"bfcl_half": "train"})
 
 
 def test_a_multi_turn_slice_keeps_its_one_row(tmp_path: Path) -> None:
