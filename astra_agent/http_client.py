@@ -100,30 +100,34 @@ _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 
 class BodyEncoder:
     """A JSON object body as ``json.dumps`` writes it, byte for byte, with the text of one
-    member (``key``) kept from an earlier body while its value is the same object and still
-    equal to what was encoded. A chat request's ``tools`` are the same list at every step of
-    an episode and most of the request's encoding (dozens of small objects), while its
-    messages change. The texts of the last ``keep`` values are kept (an episode in flight
-    each, 64 by default: a long tool list is ~100 kB, held with its text and a decoded copy);
-    a kept value is held, so that its ``id`` is not another object's. Not seen: a change in
-    place to an equal value of another JSON type (``1`` for ``true``)."""
+    member (``key``) kept from an earlier body while its value is the same object, or a list
+    of the same objects, and still equal to what was encoded. A chat request's ``tools`` are
+    most of the request's encoding (dozens of small objects), while its messages change: the
+    same list at every step of an episode, and, where the tools' schemas are built once (BFCL),
+    a new list of the same schemas at every turn. The texts of the last ``keep`` values are
+    kept (an episode in flight each, 64 by default: a long tool list is ~100 kB, held with its
+    text and a decoded copy); a kept value (a list's items) is held, so that its ``id`` is not
+    another object's. Not seen: a change in place to an equal value of another JSON type
+    (``1`` for ``true``)."""
 
     def __init__(self, key: str, keep: int = 64) -> None:
         self.key, self.keep = key, keep
-        self._kept: dict[int, tuple[Any, Any, str]] = {}  # id → (value, text decoded, text)
+        self._kept: dict[tuple[int, ...], tuple[Any, Any, str]] = {}  # ids → (held, decoded, text)
 
     def encode(self, body: dict[str, Any]) -> bytes:
         value = body.get(self.key)
         if not value or not all(isinstance(k, str) for k in body):
             return dumps_json(body).encode()
-        kept = self._kept.get(id(value))
+        held = tuple(value) if type(value) is list else value
+        ids = tuple(map(id, held)) if type(value) is list else (id(value),)
+        kept = self._kept.get(ids)
         if kept is None or kept[1] != value:  # new, or changed in place since
             text = dumps_json(value)
-            kept = (value, json.loads(text), text)
-            self._kept.pop(id(value), None)
+            kept = (held, json.loads(text), text)
+            self._kept.pop(ids, None)
             if len(self._kept) >= self.keep:
                 del self._kept[next(iter(self._kept))]
-            self._kept[id(value)] = kept
+            self._kept[ids] = kept
         members = (
             f"{dumps_json(k)}: {kept[2] if k == self.key else dumps_json(v)}"
             for k, v in body.items()

@@ -1,10 +1,12 @@
 """Benchmark: `astra-eval bfcl` against the official BFCL pipeline on the same replay model.
 
-For each single-turn and multi-turn category (by default all of them; memory is not
-scripted), a replay server (a fake model over real HTTP: multi-turn, the ground-truth calls;
-single-turn, per entry the gold answer or one of its mutations, so that scores are not all
-100) serves the model name of a function-calling registry entry of the official package that
-talks to any OpenAI-compatible chat endpoint.
+For each single-turn, multi-turn and memory category (by default all that run offline), a
+replay server (a fake model over real HTTP: multi-turn, the ground-truth calls; single-turn,
+per entry the gold answer or one of its mutations, so that scores are not all 100; memory,
+each prerequisite conversation's user messages stored in the memory backend and each question
+answered with its gold answer after a memory search) serves the model name of a
+function-calling registry entry of the official package that talks to any OpenAI-compatible
+chat endpoint. It keeps no request bodies.
 Then, in the same run:
   * ours: `astra-eval bfcl --concurrency 16` in its own process (inference through
     `run_episode`, then scoring);
@@ -18,6 +20,10 @@ Target: identical scores, ours at least 8x faster (issue #18; it was 5x).
 through its id file, ``--run-ids``, scored with ``--partial-eval``): a quick check, not the
 figure. Every path reaches the official CLI absolute: it resolves relative ones under
 ``BFCL_PROJECT_ROOT`` (which would nest the results in a copy of the path).
+
+Our packages are byte-compiled first, as pip compiles an installed package (the official
+one is): with ``PYTHONDONTWRITEBYTECODE`` set, as on these machines, every run would
+otherwise compile the modules edited since their last ``.pyc`` was written.
 
 The official virtualenv is `make setup`'s .venv-bfcl (scripts/setup-bfcl.sh: torch 2.13.0
 first, so that its sentence-transformers dependency does not pull a CUDA build).
@@ -37,7 +43,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from eval.bfcl.categories import MULTI_TURN, SINGLE_TURN, official_name
+from eval.bfcl.categories import MEMORY, MULTI_TURN, SINGLE_TURN, official_name
+from eval.bfcl.memory import prerequisites
 from eval.bfcl.official import OFFICIAL_FC_MODEL
 from eval.bfcl.runner import BFCLSummary, category_entries
 from eval.results import SUMMARY
@@ -60,7 +67,7 @@ def replay_server(category: str) -> Iterator[str]:
             str(port),
             "--model",
             OFFICIAL_FC_MODEL,
-            *([] if category in MULTI_TURN else ["--mixed"]),
+            *(["--mixed"] if category in SINGLE_TURN else []),
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -94,7 +101,11 @@ def run_official(
     cat = official_name(category)
     select = ["--test-category", cat]
     if limit:  # the official way to run some entries only: its id file
-        ids = [e.id for e in category_entries(category)[:limit]]
+        entries = category_entries(category)[:limit]
+        ids = [e.id for e in entries]
+        if category in MEMORY:  # a question needs its scenario's prerequisite conversations
+            scenarios = dict.fromkeys(getattr(e, "scenario", "") for e in entries)
+            ids = [c.id for s in scenarios for c in prerequisites(category, s)] + ids
         (work / "test_case_ids_to_generate.json").write_text(json.dumps({cat: ids}))
         select = ["--run-ids"]
     t0 = time.perf_counter()
@@ -170,10 +181,22 @@ def run_ours(
     return summary.accuracy[category], wall
 
 
+def byte_compile() -> None:
+    """Our packages' bytecode written, as pip writes an installed package's."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", "astra_agent", "eval"],
+        cwd=root,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    # memory is left out: its replay would have to script the prerequisite conversations
-    ap.add_argument("--categories", default=",".join(SINGLE_TURN + MULTI_TURN))
+    ap.add_argument("--categories", default=",".join(SINGLE_TURN + MULTI_TURN + MEMORY))
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--workdir", type=Path, default=Path("bench/out/bfcl"))
     ap.add_argument("--official-venv", type=Path, default=Path(".venv-bfcl"))
@@ -181,6 +204,7 @@ def main() -> None:
     args = ap.parse_args()
     workdir = args.workdir.resolve()  # the official CLI resolves relative paths elsewhere
     bfcl = official_venv(args.official_venv.resolve())
+    byte_compile()
     shutil.rmtree(workdir, ignore_errors=True)
     rows = []
     for category in args.categories.split(","):

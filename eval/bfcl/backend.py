@@ -28,6 +28,7 @@ import json
 import operator
 import re
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -36,7 +37,7 @@ from typing import Any
 from astra_agent.environment import Environment, ToolResult, ToolSpec
 from astra_agent.episode import CallPolicy
 from astra_agent.pysource import parse
-from eval.bfcl.official import Entry, openai_tools
+from eval.bfcl.official import Entry, class_tools
 
 STEP_LIMIT = 20  # the official MAXIMUM_STEP_LIMIT (model steps a turn)
 # The official harness's call semantics in the loop: every call goes to the backends unchecked,
@@ -47,6 +48,7 @@ BLOCKED = {"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"}
 # An identifier followed by "(": where the official executor inserts an instance name.
 CALLED_NAME = re.compile(r"\b([a-zA-Z_]\w*)\s*(?=\()")
 ERROR = "Error during execution: "
+IDLE_S = 2.0  # idle this long, an entry's worker gives its thread back and a pool thread ends
 # Builtins without side effects, run for real on plain values (print's output is dropped).
 _PURE_FUNCTIONS: tuple[Callable[..., Any], ...] = (abs, bool, dict, float, int, len, list)
 _PURE_FUNCTIONS += (max, min, print, repr, round, set, sorted, str, sum, tuple)
@@ -295,13 +297,118 @@ def decode_step(responses: Any) -> list[str] | None:
         return None
 
 
+class _Tool(ToolSpec):
+    """A backend function as a tool whose OpenAI schema is built once: every request of
+    every entry that offers it sends the same object (never changed in place), which the
+    model client encodes once (:class:`astra_agent.http_client.BodyEncoder`)."""
+
+    def to_openai(self) -> dict[str, Any]:
+        schema = self.__dict__.get("_openai")
+        if schema is None:
+            schema = super().to_openai()
+            object.__setattr__(self, "_openai", schema)
+        return schema
+
+
+@cache
+def _class_tools(cls: str) -> tuple[ToolSpec, ...]:
+    return tuple(_Tool.from_openai(t) for t in class_tools([cls]))
+
+
+def _tool_specs(entry: Entry, turn: int | None = None) -> list[ToolSpec]:
+    """The tools an entry starts with (held-out functions left out), or those held out until
+    ``turn``; as the official harness builds them, each built once a run."""
+    held = entry.missed_function
+    if turn is None:
+        names = {f for fs in held.values() for f in fs}
+        return [t for c in entry.involved_classes for t in _class_tools(c) if t.name not in names]
+    names = set(held.get(str(turn), []))
+    return [t for c in entry.involved_classes for t in _class_tools(c) if t.name in names]
+
+
+class _Threads:
+    """Daemon threads for the entries' workers: a task goes to an idle thread, or to a new
+    one when none is idle; a thread idle for ``IDLE_S`` ends. Entries come and go by the
+    hundred: starting a thread for each cost the event loop a thread start (and its wait for
+    the thread to run) every time."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._tasks: deque[Callable[[], None]] = deque()
+        self._idle = 0
+
+    def run(self, task: Callable[[], None]) -> None:
+        with self._cond:
+            self._tasks.append(task)
+            if self._idle >= len(self._tasks):  # an idle thread for every waiting task
+                self._cond.notify()
+                return
+        threading.Thread(target=self._serve, name="bfcl-backend", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                if not self._tasks:
+                    self._idle += 1
+                    self._cond.wait(IDLE_S)
+                    self._idle -= 1
+                    if not self._tasks:
+                        return
+                task = self._tasks.popleft()
+            task()
+            del task  # an idle thread holds nothing of the task
+
+
+_THREADS = _Threads()
+
+
+class _Worker:
+    """Runs an entry's backend calls one at a time, in the order they were given, on one
+    daemon thread (of :class:`_Threads`): taken by a call when none is running, it is given
+    back once it has waited ``IDLE_S`` for the next call, or at ``close``. A hung call keeps
+    its thread, and the entry's later calls wait behind it (their timeouts fire)."""
+
+    def __init__(self) -> None:
+        self._jobs: deque[Callable[[], None]] = deque()
+        self._cond = threading.Condition()
+        self._running = False
+        self._closed = False
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._cond:
+            self._jobs.append(job)
+            if self._running:
+                self._cond.notify()
+                return
+            self._running = True
+        _THREADS.run(self._drain)
+
+    def close(self) -> None:
+        """Give the thread back once the calls given so far have run."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _drain(self) -> None:
+        while True:
+            with self._cond:
+                if not self._jobs and not self._closed:
+                    self._cond.wait(IDLE_S)
+                if not self._jobs:
+                    self._running = False
+                    return
+                job = self._jobs.popleft()
+            job()
+            del job  # an idle worker holds no call (nor the environment through it)
+
+
 class BFCLEnvironment(Environment):
     """One entry's backend instances, alive for the whole entry (all its turns); ``reset()``
     gives new ones from the entry's initial configuration, and the initial tools.
 
-    Each call runs in a worker thread, so the loop's tool timeout applies and a slow backend
-    does not stall other entries; one entry's calls still run one at a time, in call order
-    (each worker waits for the previous one), as the official executor runs them."""
+    Each call runs on the entry's worker thread, so the loop's tool timeout applies and a slow
+    backend does not stall other entries; one entry's calls still run one at a time, in call
+    order (a call waits for the previous one), as the official executor runs them."""
 
     def __init__(self, entry: Entry, tag: str = "astra") -> None:
         self.entry = entry
@@ -311,49 +418,53 @@ class BFCLEnvironment(Environment):
     def _fresh(self) -> None:
         self.instances = new_instances(self.entry)
         self.namespace = Namespace.of(self.instances, self._tag)
-        self._tools = [ToolSpec.from_openai(t) for t in openai_tools(self.entry)]
-        self._previous: threading.Event | None = None
+        self._tools = _tool_specs(self.entry)
+        self._worker = _Worker()
         self.executed: list[str] = []  # every result, in order (the response check uses them)
 
     async def reset(self) -> None:
         """New instances (a call still running finishes on the old ones, unseen)."""
+        self._worker.close()
         self._fresh()
 
     def add_tools(self, schemas: list[dict[str, Any]]) -> None:
         """A held-out function arrives (miss_func)."""
         self._tools += [ToolSpec.from_openai(t) for t in schemas]
 
+    def add_held_out(self, turn: int) -> None:
+        """The functions held out until ``turn`` arrive (miss_func): the tools
+        :func:`eval.bfcl.official.held_out_tools` gives, each built once a run."""
+        self._tools += _tool_specs(self.entry, turn)
+
     async def list_tools(self) -> list[ToolSpec]:
         return list(self._tools)
 
-    def _run(self, call: str) -> str:
-        text = self.namespace.execute(call)
-        self.executed.append(text)
-        return text
-
     def _in_thread(self, call: str) -> asyncio.Future[str]:
-        """Run the call on a daemon thread after the entry's previous call: a hung backend
+        """Run the call on the entry's worker thread after its previous calls: a hung backend
         blocks only its own entry, and never the interpreter's exit."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[str] = loop.create_future()
-        previous, done = self._previous, threading.Event()
-        self._previous = done
+        namespace, executed = self.namespace, self.executed  # a reset's new ones: unseen
 
-        def settle(text: str) -> None:
-            if not future.done():
-                future.set_result(text)
+        def settle(text: str | None, error: Exception | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(text)  # type: ignore[arg-type]
 
-        def work() -> None:
+        def job() -> None:
+            text, error = None, None
             try:
-                if previous is not None:
-                    previous.wait()
-                text = self._run(call)
-            finally:
-                done.set()
+                text = namespace.execute(call)
+                executed.append(text)
+            except Exception as exc:  # execute reports failures as text: this is a bug
+                error = exc
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for it
-                loop.call_soon_threadsafe(settle, text)
+                loop.call_soon_threadsafe(settle, text, error)
 
-        threading.Thread(target=work, name=f"bfcl-{self.entry.id}", daemon=True).start()
+        self._worker.submit(job)
         return future
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
@@ -361,4 +472,4 @@ class BFCLEnvironment(Environment):
         return ToolResult(text, is_error=text.startswith(ERROR))
 
     async def close(self) -> None:
-        return None
+        self._worker.close()

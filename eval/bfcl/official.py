@@ -5,6 +5,7 @@ Every file is JSON Lines despite its ``.json`` name. Nothing is copied into this
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -121,11 +122,17 @@ def _schema(node: Any) -> Any:
 def openai_tools(entry: Entry, *, include_missed: bool = False) -> list[dict[str, Any]]:
     """OpenAI function schemas for the entry's classes, as the official FC harness builds them
     (types mapped, the Python note appended); held-out functions left out unless asked."""
-    missed = {f for fs in entry.missed_function.values() for f in fs}
+    missed = set() if include_missed else {f for fs in entry.missed_function.values() for f in fs}
+    return class_tools(entry.involved_classes, missed)
+
+
+def class_tools(classes: Iterable[str], left_out: Collection[str] = ()) -> list[dict[str, Any]]:
+    """The OpenAI function schemas of the classes' functions (new objects), but those named in
+    ``left_out``, as the official FC harness builds them."""
     tools = []
-    for cls in entry.involved_classes:
+    for cls in classes:
         for doc in function_docs(cls):
-            if doc["name"] in missed and not include_missed:
+            if doc["name"] in left_out:
                 continue
             tools.append(
                 {

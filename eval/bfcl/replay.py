@@ -2,6 +2,8 @@
 
 Multi-turn, per turn: the turn's ground-truth calls as one step of parallel calls, then a short
 answer that ends the turn. The entry and turn are found from the user messages so far.
+Memory: each prerequisite conversation's user messages stored in the memory backend, each
+question answered with its gold answer after a search (:func:`memory_replay_script`).
 Single-turn: the gold answer as calls (irrelevance: a text; relevance: a call of the first
 function), or, ``mixed``, one case of the mutation corpus per entry, picked by the entry id's
 hash among those a chat reply can carry (so that scores are not all 100). The entry is found
@@ -17,7 +19,8 @@ from typing import Any
 
 from astra_agent.testing.scripted_server import Reply, Script
 from eval.bfcl.backend import method_table, new_instances, parse_call
-from eval.bfcl.categories import MULTI_TURN, RELEVANCE, SINGLE_TURN
+from eval.bfcl.categories import MEMORY, MULTI_TURN, RELEVANCE, SINGLE_TURN
+from eval.bfcl.memory import MemoryEntry, load_memory
 from eval.bfcl.official import CATEGORIES, Entry, load_category
 from eval.bfcl.single import SingleEntry, fc_tools, load_single, messages
 
@@ -118,23 +121,63 @@ def replay_script(entries: list[Entry] | None = None, single: Script | None = No
     return script
 
 
+def memory_replay_script(entries: list[MemoryEntry]) -> Script:
+    """A scripted model for the memory categories that depends on the request alone. In a
+    prerequisite conversation it stores each user message (key-value: the first of a
+    conversation in core memory, the others in archival memory; recursive summary: appended)
+    and then says "Noted."; asked a question (the official answer-format prompt is in its
+    first message), it searches its memory, then answers with the question's first gold
+    answer in the official answer format."""
+    from bfcl_eval.constants.default_prompts import (
+        ADDITIONAL_SYSTEM_PROMPT_FOR_AGENTIC_RESPONSE_FORMAT as ANSWER_FORMAT,
+    )
+
+    answers = {e.question[0][0]["content"]: e.ground_truth[0] for e in entries}
+
+    def script(req: dict[str, Any]) -> Reply:
+        msgs = req["messages"]
+        names = {t["function"]["name"] for t in req.get("tools") or []}
+        kv = "core_memory_add" in names
+        question = ANSWER_FORMAT in str(msgs[0]["content"])
+        users = [m["content"] for m in msgs if m["role"] == "user"]
+        if msgs[-1]["role"] == "tool":
+            if question:
+                answer = answers.get(users[0], "unknown")
+                return Reply(content=f"{{'answer': '{answer}', 'context': 'memory'}}")
+            return Reply(content="Noted.")
+        text = users[-1]
+        if question:
+            search = ("archival_memory_key_search", json.dumps({"query": text}))
+            return Reply(tool_calls=[search if kv else ("memory_retrieve", "{}")])
+        if not kv:
+            return Reply(tool_calls=[("memory_append", json.dumps({"text": text[:150] + "\n"}))])
+        name = "core_memory_add" if len(users) == 1 else "archival_memory_add"
+        args = {"key": f"note_{zlib.crc32(text.encode())}", "value": text[:200]}
+        return Reply(tool_calls=[(name, json.dumps(args))])
+
+    return script
+
+
 def main() -> None:
     """Serve the replay of one category from its own process (benchmarks)."""
     import argparse
 
-    from astra_agent.testing.scripted_server import _HTTPServer
+    from astra_agent.testing.scripted_server import http_server
 
     ap = argparse.ArgumentParser(description="BFCL replay model (a fake model over HTTP).")
-    ap.add_argument("--category", required=True, choices=SINGLE_TURN + MULTI_TURN)
+    ap.add_argument("--category", required=True, choices=SINGLE_TURN + MULTI_TURN + MEMORY)
     ap.add_argument("--mixed", action="store_true", help="single-turn: gold and mutated answers")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--model", default="scripted")
     args = ap.parse_args()
     if args.category in MULTI_TURN:
         script = replay_script(list(load_category(args.category)))
+    elif args.category in MEMORY:
+        script = memory_replay_script(list(load_memory(args.category)))
     else:
         script = single_replay_script(list(load_single(args.category)), args.mixed)
-    httpd = _HTTPServer(("127.0.0.1", args.port), script, args.model)
+    # It keeps no request bodies: a bench sends it thousands (over 1 GB for a category's runs)
+    httpd = http_server("127.0.0.1", args.port, script, args.model)
     print(f"replay server on http://127.0.0.1:{args.port}/v1", flush=True)
     httpd.serve_forever()
 

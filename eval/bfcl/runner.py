@@ -40,9 +40,9 @@ from eval.bfcl.backend import OFFICIAL_CALLS, STEP_LIMIT, BFCLEnvironment, decod
 from eval.bfcl.categories import LIVE, MEMORY, MULTI_TURN, RUNNABLE, half_of, resolve
 from eval.bfcl.checker import check_entry
 from eval.bfcl.memory import MemoryEntry, MemoryRunner, load_memory
-from eval.bfcl.official import CATEGORIES, PINNED, Entry, held_out_tools, load_category
+from eval.bfcl.official import CATEGORIES, PINNED, Entry, load_category
 from eval.bfcl.overall import Score, overall
-from eval.bfcl.single import SingleEntry, load_single
+from eval.bfcl.single import SingleEntry, count_single, load_single
 from eval.results import ErrorKind, EvalRecord
 from eval.runner import EvalSpec, ProgressHook, RunConfig, run_eval
 from eval.summaries import EvalSummary
@@ -242,20 +242,23 @@ async def _infer(entry: Entry, model: ChatModel, tool_timeout_s: float, out: _Tu
     limits = EpisodeLimits(
         max_steps=STEP_LIMIT + 1, tool_timeout_s=tool_timeout_s, max_tool_output_chars=None
     )
-    for t, question in enumerate(entry.question):
-        if str(t) in entry.missed_function:
-            env.add_tools(held_out_tools(entry, t))
-        msgs = question or [{"role": "user", "content": HELD_OUT_MESSAGE}]
-        start = len(out.traj.messages) if out.traj else 0
-        out.traj = await run_episode(
-            model, env, msgs, limits=limits, trajectory=out.traj, tools=await env.list_tools(),
-            policy=OFFICIAL_CALLS,
-        )  # fmt: skip
-        raw, steps = _steps(out.traj.messages[start:])
-        out.responses.append(raw)
-        out.decoded.append(steps)
-        if out.traj.termination in ("model_error", "max_steps"):
-            break  # max_steps: the official harness stops the whole entry (force-terminated)
+    try:
+        for t, question in enumerate(entry.question):
+            if str(t) in entry.missed_function:
+                env.add_held_out(t)
+            msgs = question or [{"role": "user", "content": HELD_OUT_MESSAGE}]
+            start = len(out.traj.messages) if out.traj else 0
+            out.traj = await run_episode(
+                model, env, msgs, limits=limits, trajectory=out.traj,
+                tools=await env.list_tools(), policy=OFFICIAL_CALLS,
+            )  # fmt: skip
+            raw, steps = _steps(out.traj.messages[start:])
+            out.responses.append(raw)
+            out.decoded.append(steps)
+            if out.traj.termination in ("model_error", "max_steps"):
+                break  # max_steps: the official harness stops the whole entry (force-terminated)
+    finally:
+        await env.close()  # its worker thread ends now, not when idle
 
 
 async def run_entry(entry: Entry, model: ChatModel, tool_timeout_s: float) -> BFCLRecord:
@@ -310,7 +313,7 @@ def _steps(messages: list[dict[str, Any]]) -> tuple[list[Any], list[list[str]]]:
 @cache
 def category_sizes() -> dict[str, int]:
     """Every live category's entry count in the data: the weight of one that did not run."""
-    return {c: len(load_single(c)) for c in LIVE}
+    return {c: count_single(c) for c in LIVE}
 
 
 def summarize(records: list[BFCLRecord]) -> BFCLSummary:
