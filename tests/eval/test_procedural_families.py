@@ -389,3 +389,33 @@ def test_no_bfcl_function_name_or_question_is_in_the_generated_data() -> None:
         if tuple(w[i : i + 8]) in grams
     ]
     assert not shared
+
+
+# --------------------------------------------------------------------------- the replay
+
+
+def test_the_replay_makes_a_parallel_task_s_calls_in_one_reply_and_declines_a_no_call_task(
+    tmp_path: Any,
+) -> None:
+    """What SFT sees of the families: a parallel or multi task's calls in one assistant reply
+    (as BFCL's parallel categories and an OpenAI ``tool_calls`` list ask for), a chain's one a
+    reply, and a task no offered function serves answered without a call, saying so."""
+    from eval.arenas.replay import DECLINE
+    from training.replay import replay_arenas
+
+    spec = GenSpec(seed=3, train_tasks=24, eval_tasks=4, families=["parallel", "multi", "none"])
+    data = write_arenas(tmp_path / "gen", spec)["train"]
+    results, summary = asyncio.run(replay_arenas(data, tmp_path / "replay", reasoning=False))
+    assert summary.fully_solved == 1.0
+    kinds = {r["task_id"]: r["kind"] for r in map(json.loads, data.read_text().splitlines())}
+    seen = set()
+    for rec in map(json.loads, results.read_text().splitlines()):
+        kind = kinds[rec["task_id"]]
+        replies = [m for m in rec["trajectory"]["messages"] if m["role"] == "assistant"]
+        calls = [len(m.get("tool_calls") or []) for m in replies]
+        if kind == "none":
+            assert calls == [0] and replies[0]["content"] == DECLINE
+        else:  # every call in the first reply, then the answer
+            assert len(calls) == 2 and calls[0] == rec["tool_calls"] >= 2 and calls[1] == 0
+        seen.add(kind)
+    assert seen == {"parallel", "multi", "none"}

@@ -295,14 +295,20 @@ def make_draft(
     return _BUILDERS[plan.family](Writer(catalog, rng), plan, services)
 
 
+TOGETHER = ("parallel", "multi")  # families whose reference calls are made in one reply
+
+
 def draft_record(draft: Draft, catalog: Catalog) -> dict[str, Any]:
     """The record's task fields (the generator adds ids, split and domain)."""
     offered = sorted(set(draft.offered))
     fns = [catalog.function(n) for n in offered]
+    # a parallel or multi task's calls are independent: one reply makes them all, as a model
+    # is asked to (BFCL's parallel categories, an OpenAI reply's tool_calls list)
+    step = {"step": 1} if draft.plan.family in TOGETHER else {}
     return {
         "prompt": draft.messages,
         "tool_schema": json.dumps([f.openai_schema() for f in fns]),
         "tool_dict": json.dumps({f.name: f.source() for f in fns}),
         "sub_qa_dict": json.dumps(draft.sub_qa(catalog)),
-        "reference": [{"name": n, "arguments": a} for n, a in draft.calls],
+        "reference": [{"name": n, "arguments": a, **step} for n, a in draft.calls],
     }
