@@ -128,11 +128,16 @@ def memory_replay_script(entries: list[MemoryEntry]) -> Script:
     and then says "Noted."; asked a question (the official answer-format prompt is in its
     first message), it searches its memory, then answers with the question's first gold
     answer in the official answer format."""
+
+    return memory_model({e.question[0][0]["content"]: e.ground_truth[0] for e in entries})
+
+
+def memory_model(answers: dict[str, str]) -> Script:
+    """:func:`memory_replay_script`'s model, answering each question (its first user message)
+    with ``answers[question]`` ("unknown" where it has none)."""
     from bfcl_eval.constants.default_prompts import (
         ADDITIONAL_SYSTEM_PROMPT_FOR_AGENTIC_RESPONSE_FORMAT as ANSWER_FORMAT,
     )
-
-    answers = {e.question[0][0]["content"]: e.ground_truth[0] for e in entries}
 
     def script(req: dict[str, Any]) -> Reply:
         msgs = req["messages"]

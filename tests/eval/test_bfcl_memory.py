@@ -14,9 +14,7 @@ import json
 import os
 import random
 import subprocess
-import zlib
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,7 @@ from eval.bfcl.memory import (
 )
 from eval.bfcl.official import OFFICIAL_FC_MODEL
 from eval.bfcl.official_memory import ask_official, official_verdicts
+from eval.bfcl.replay import memory_model
 
 ROOT = Path(__file__).parents[2]
 OFFICIAL_BFCL = Path(os.environ.get("ASTRA_BFCL_OFFICIAL", ROOT / ".venv-bfcl/bin/bfcl"))
@@ -199,36 +198,6 @@ def _answer_format() -> str:
     )
 
     return ADDITIONAL_SYSTEM_PROMPT_FOR_AGENTIC_RESPONSE_FORMAT
-
-
-def memory_model(answers: dict[str, str]) -> Callable[[dict[str, Any]], Reply]:
-    """A scripted model that depends on the request alone. In a prerequisite conversation it
-    stores each user message (key-value: the first of a conversation in core memory, the
-    others in archival memory; recursive summary: appended) and then says "Noted.". Asked a
-    question, it searches its memory, then answers ``answers[question]``."""
-    answer_format = _answer_format()
-
-    def script(req: dict[str, Any]) -> Reply:
-        msgs = req["messages"]
-        names = {t["function"]["name"] for t in req.get("tools", [])}
-        kv = "core_memory_add" in names
-        question = answer_format in str(msgs[0]["content"])
-        users = [m["content"] for m in msgs if m["role"] == "user"]
-        if msgs[-1]["role"] == "tool":
-            if question:
-                return Reply(content=f"{{'answer': '{answers[users[0]]}', 'context': 'memory'}}")
-            return Reply(content="Noted.")
-        text = users[-1]
-        if question:
-            search = ("archival_memory_key_search", json.dumps({"query": text}))
-            return Reply(tool_calls=[search if kv else ("memory_retrieve", "{}")])
-        if not kv:
-            return Reply(tool_calls=[("memory_append", json.dumps({"text": text[:150] + "\n"}))])
-        name = "core_memory_add" if len(users) == 1 else "archival_memory_add"
-        args = {"key": f"note_{zlib.crc32(text.encode())}", "value": text[:200]}
-        return Reply(tool_calls=[(name, json.dumps(args))])
-
-    return script
 
 
 def questions(category: str, n: int) -> list[MemoryEntry]:
