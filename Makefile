@@ -55,9 +55,11 @@ typecheck: setup-main
 	$(VENV)/bin/mypy
 
 # Set-up, lint and typecheck as parallel jobs (the three virtualenvs, npm and apt install
-# side by side; lint and typecheck start once .venv is there), each job's output together.
+# side by side; lint and typecheck start once .venv is there), each job's output together;
+# then the free space where the suite writes, then the suite.
 test:
 	$(MAKE) --no-print-directory --jobs=4 --output-sync=target setup lint typecheck
+	bash scripts/disk-check.sh
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 demo: setup

@@ -15,8 +15,13 @@ inspect_evals' loop as its player (:class:`eval.tau2.adapter.Tau2Player`).
 
 from __future__ import annotations
 
+import atexit
+import gzip
 import logging
 import math
+import shutil
+import sys
+import tempfile
 from collections import defaultdict
 from importlib import metadata
 from pathlib import Path
@@ -56,6 +61,46 @@ def require_inspect_evals() -> None:
             "inspect-evals is not installed: `astra-eval tau2` runs its τ² tasks",
             hint="pip install 'astra-harness[tau2]' (inspect-evals==0.26.0)",
         ) from None
+
+
+def contain_decompressed_data() -> None:
+    """inspect_evals decompresses a τ² database (``db.json.gz``, 2.8 MB for retail) into a new
+    temporary file each time an environment loads it, once per conversation, and never removes
+    it: a full retail run left 1.3 GB in /tmp. Here each compressed file is decompressed once per
+    process, into a directory of ours that is removed when the process exits. The files are only
+    read (a database's changes stay in memory). Idempotent."""
+    import inspect_evals.tau2.utils as upstream
+
+    if getattr(upstream.uncompress_file, "astra_contained", False):
+        return
+    original = upstream.uncompress_file
+    cache: dict[tuple[str, int, int], str] = {}
+    holder: list[Path] = []
+
+    def uncompress_once(input_path: str) -> str:
+        if not str(input_path).endswith(".gz"):
+            return original(input_path)
+        source = Path(input_path)
+        stat = source.stat()
+        key = (str(source.resolve()), stat.st_mtime_ns, stat.st_size)
+        if key not in cache:
+            if not holder:
+                holder.append(Path(tempfile.mkdtemp(prefix="astra-tau2-data-")))
+                atexit.register(shutil.rmtree, holder[0], ignore_errors=True)
+            target = holder[0] / f"{len(cache)}-{source.name[: -len('.gz')]}"
+            partial = target.with_name(target.name + ".partial")
+            with gzip.open(source, "rb") as f_in, open(partial, "wb") as f_out:
+                shutil.copyfileobj(f_in, f_out)
+            partial.replace(target)
+            cache[key] = str(target)
+        return cache[key]
+
+    uncompress_once.astra_contained = True  # type: ignore[attr-defined]
+    for name, module in list(sys.modules.items()):  # those that imported it by name
+        if name.startswith("inspect_evals.tau2") and getattr(module, "uncompress_file", None) is (
+            original
+        ):
+            module.uncompress_file = uncompress_once  # type: ignore[attr-defined]
 
 
 def data_version() -> dict[str, str]:
@@ -134,7 +179,9 @@ class Tau2Config(RunConfig):
 
 
 def load_task(domain: Domain) -> Task:
-    """inspect_evals' τ² task of ``domain``, unshuffled."""
+    """inspect_evals' τ² task of ``domain``, unshuffled (its compressed data decompressed
+    once: :func:`contain_decompressed_data`)."""
+    contain_decompressed_data()
     from inspect_evals.tau2 import tau2
 
     make = {"retail": tau2.tau2_retail, "telecom": tau2.tau2_telecom, "airline": tau2.tau2_airline}

@@ -43,9 +43,13 @@ def gold() -> Iterator[ScriptedServer]:
 
 @pytest.fixture(scope="module")
 def gold_run(gold: ScriptedServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run, with a temporary directory of its own (left as the run left it: see
+    test_a_run_leaves_no_temporary_files)."""
     out = tmp_path_factory.mktemp("tau2") / "run"
+    tmp = out.parent / "tmpdir"
+    tmp.mkdir()
     r = cli("--base-url", gold.base_url, "--limit", "2", "--trials", "2", "--concurrency", "4",
-            "--out", str(out))  # fmt: skip
+            "--out", str(out), env={"TMPDIR": str(tmp)})  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert "pass^2" in r.stdout and "published" in r.stdout and "4-A" in r.stdout
     return out
@@ -65,6 +69,14 @@ def test_the_gold_replay_passes_every_conversation_and_pass_k_says_so(gold_run: 
     assert sorted(r["id"] for r in recs)[:2] == ["retail/0/1", "retail/0/2"]
     assert all(r["reward"] == 1.0 and r["error"] is None for r in recs)
     assert all(r["termination"] == "stop" for r in recs)
+
+
+def test_a_run_leaves_no_temporary_files(gold_run: Path) -> None:
+    """inspect_evals decompresses retail's database into a new temporary file per conversation
+    and never removes it (1.3 GB of /tmp after a full retail run); the run decompresses it once
+    and removes it as it exits."""
+    left = sorted(p.name for p in (gold_run.parent / "tmpdir").iterdir())
+    assert left == [], left
 
 
 def test_a_record_holds_the_whole_conversation_as_a_trajectory(gold_run: Path) -> None:

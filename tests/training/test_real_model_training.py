@@ -27,6 +27,7 @@ import yaml
 
 from serving.server import ModelServer, load_serve_config
 from tests.conftest import free_port
+from tests.training.conftest import drop_checkpoints
 from tests.training.e2e import REPO, cli, parsed_by_vllm, write_recipe
 
 pytestmark = pytest.mark.integration
@@ -78,6 +79,7 @@ def table2_slice(model: Path, out: Path, seed: int = 0) -> dict[str, Any]:
 def experiment(smollm2_bf16: Path, tmp_path_factory: Any) -> Path:
     out = tmp_path_factory.mktemp("table2") / "run"
     table2_slice(smollm2_bf16, out)
+    drop_checkpoints(out / "sft")
     return out
 
 
@@ -178,6 +180,7 @@ def rl_run(sft_run: Path, experiment: Path, tmp_path_factory: Any) -> Path:
                     "max_prompt_tokens": 3072},
     })  # fmt: skip
     cli("training.cli", "rl", "--config", str(recipe), timeout=1800)
+    drop_checkpoints(work / "run")
     return work / "run"
 
 
