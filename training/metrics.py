@@ -113,6 +113,15 @@ class Rollouts(BaseModel):
     reward_mean_sampled: float
     abf: ABFStats
     rollout_s: float
+    # ASTRA's reward and its parts whatever the run trains on (``reward`` picks one: the
+    # paper's ablation), and the tool calls an episode made; absent in older runs
+    f1_mean: float | None = None
+    recall_mean: float | None = None
+    precision_mean: float | None = None
+    calls_mean: float | None = None
+
+
+ABLATION_KEYS = ("f1_mean", "recall_mean", "precision_mean", "calls_mean")
 
 
 class Update(BaseModel):
@@ -141,6 +150,9 @@ class RLStep(StepRecord):
         rollouts = self.rollouts.model_dump()
         if not rollouts["episode_error_reasons"]:  # a step without errors: its line as before
             del rollouts["episode_error_reasons"]
+        for key in ABLATION_KEYS:  # a line of an older run: as it was written
+            if rollouts[key] is None:
+                del rollouts[key]
         return {"step": self.step, **held, **rollouts, **self.update.model_dump()}
 
     @classmethod

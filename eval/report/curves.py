@@ -153,6 +153,7 @@ def rl_section(runs: list[Run], page: Page) -> Section:
             ("last reward (mean)", "reward_mean.last", lambda r: _last(r, "reward_mean"), 4),
             ("best reward (mean)", "reward_mean.max", lambda r: _agg(r, "reward_mean", max), 4),
             ("last solved share", "solved.last", lambda r: _last(r, "solved"), 3),
+            ("last tool calls per episode", "calls_mean.last", lambda r: _last(r, "calls_mean"), 2),
             ("last held-out reward", "eval_reward.last", lambda r: _last(r, "eval_reward"), 4),
             ("last held-out solved", "eval_solved.last", lambda r: _last(r, "eval_solved"), 3),
             ("ABF groups sampled", "abf.sampled", lambda r: _agg(r, "abf.sampled", sum), 0),
@@ -173,6 +174,12 @@ def rl_section(runs: list[Run], page: Page) -> Section:
         [
             ("Reward (rollouts)", "mean reward", ["reward_mean"]),
             ("Solved share (rollouts)", "fully solved", ["solved"]),
+            ("Tool calls per episode (rollouts)", "calls", ["calls_mean"]),
+            (
+                "ASTRA's reward and its parts (rollouts)",
+                "mean",
+                ["f1_mean", "recall_mean", "precision_mean"],
+            ),
             ("Held-out evaluation", "greedy", ["eval_reward", "eval_solved"]),
             ("Loss", "loss", ["loss"]),
             ("Adaptive Batch Filling", "groups", [f"abf.{k}" for k in ABF_KEYS]),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from training.metrics import ABFStats, MetricsLog, RLStep, SFTStep
+from training.metrics import ABLATION_KEYS, ABFStats, MetricsLog, RLStep, Rollouts, SFTStep
 
 # written by `astra-train sft` (TRL) and `astra-train rl` (TRL) on the tiny model
 SFT_LINES = [
@@ -44,6 +44,13 @@ RL_ERROR_LINE = RL_LINE.replace(
     'tokenizer failed on the messages: é": 2, "reward failed: KeyError: \'x\'": 1}, ',
 )
 
+# a step of a run since the ablation's figures: ASTRA's reward, its parts and the calls
+RL_ABLATION_LINE = RL_LINE.replace(
+    '"rollout_s": 0.872, ',
+    '"rollout_s": 0.872, "f1_mean": 0.5, "recall_mean": 1.0, "precision_mean": 0.3333333333333333, '
+    '"calls_mean": 3.0, ',
+)
+
 
 @pytest.mark.parametrize("line", SFT_LINES)
 def test_an_sft_line_reads_back_and_is_written_byte_for_byte(line: str) -> None:
@@ -51,7 +58,9 @@ def test_an_sft_line_reads_back_and_is_written_byte_for_byte(line: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "line", [RL_LINE, RL_HELD_LINE, RL_ERROR_LINE], ids=["rollouts", "held-out", "errors"]
+    "line",
+    [RL_LINE, RL_HELD_LINE, RL_ERROR_LINE, RL_ABLATION_LINE],
+    ids=["rollouts", "held-out", "errors", "ablation"],
 )
 def test_an_rl_line_reads_back_and_is_written_byte_for_byte(line: str) -> None:
     rec = RLStep.from_row(json.loads(line))
@@ -85,5 +94,6 @@ def test_the_report_reads_the_names_these_records_write() -> None:
     sft = set(SFTStep.model_fields)
     rl = set(RLStep.from_row(json.loads(RL_HELD_LINE)).row())
     assert {names[0] for names in ALIASES.values()} <= sft | rl
+    assert set(ABLATION_KEYS) <= set(Rollouts.model_fields)  # the ablation's curves
     assert set(ABF_KEYS) <= set(ABFStats.model_fields)
     assert {"abf", "reward_mean"} <= rl and "loss" in sft  # how eval.rundir tells them apart

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from astra_agent.arena import ArenaTask, LoadReport, load_arena_file, parse_record
+from astra_agent.arena import ArenaTask, LoadReport, Reward, load_arena_file, parse_record
 from astra_agent.errors import AstraError, ConfigError
 from astra_agent.runio import scrub_surrogates
 from training.metrics import ABFStats, Heldout, RLStep, Rollouts
@@ -167,6 +167,11 @@ def _rollouts(
     episodes: list[Episode], sampled: list[Episode], abf: ABFStats, rollout_s: float
 ) -> Rollouts:
     n = max(len(episodes), 1)
+    scored = [e.reward for e in episodes if e.reward is not None]
+
+    def part(get: Callable[[Reward], float]) -> float | None:
+        return sum(get(r) for r in scored) / len(scored) if scored else None
+
     tokens = [e.trajectory.tokens for e in episodes if e.trajectory.tokens is not None]
     checked = [t for t in tokens if t.rerender_match is not None]
     return Rollouts(
@@ -185,6 +190,10 @@ def _rollouts(
         reward_mean_sampled=sum(e.score for e in sampled) / len(sampled) if sampled else 0.0,
         abf=abf,
         rollout_s=rollout_s,
+        f1_mean=part(lambda r: r.reward),
+        recall_mean=part(lambda r: r.recall),
+        precision_mean=part(lambda r: r.precision),
+        calls_mean=part(lambda r: r.tool_calls),
     )
 
 

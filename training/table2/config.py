@@ -49,6 +49,26 @@ class EvalSettings(BaseModel):
         return v
 
 
+class AblationSettings(BaseModel):
+    """The paper's reward ablation: RL runs from the same SFT checkpoint, each training on one
+    reward (``astra-train rl``'s ``reward``), compared by their rollouts' tool calls per episode,
+    solved share and F1 step by step."""
+
+    model_config = ConfigDict(extra="forbid")
+    rewards: list[Literal["f1", "recall", "precision"]] = Field(
+        default_factory=list,
+        description="one RL run per reward, in OUT/ablation/REWARD (none: no ablation)",
+    )
+    steps: int | None = Field(None, ge=1, description="steps of each run (default: rl's)")
+
+    @field_validator("rewards")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"rewards must be distinct, got {v}")
+        return v
+
+
 class ExperimentConfig(BaseModel):
     """One experiment: where it writes, the base model, the arenas, the SFT and RL recipes
     (each a shipped recipe file with overrides) and the evaluation."""
@@ -71,6 +91,7 @@ class ExperimentConfig(BaseModel):
     rl_recipe: Path = Field(RECIPES / "rl-smollm2-cpu.yaml", description="RL recipe")
     rl: dict[str, Any] = Field(default_factory=dict, description="overrides of the RL recipe")
     eval: EvalSettings = Field(default_factory=EvalSettings)
+    ablation: AblationSettings = Field(default_factory=AblationSettings)
 
     @field_validator("serve")
     @classmethod
@@ -95,6 +116,8 @@ class ExperimentConfig(BaseModel):
         data["eval"].pop("concurrency")
         if data["eval"]["bfcl_half"] is None:  # experiments started before it existed match
             data["eval"].pop("bfcl_half")
+        if not self.ablation.rewards:  # the same
+            data.pop("ablation")
         for key in ("sft_recipe", "rl_recipe"):
             data[key] = read_mapping(getattr(self, key))
         return data

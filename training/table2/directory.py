@@ -54,6 +54,10 @@ class Experiment:
     def eval_dir(self, stage: str, split: str) -> Path:
         return self.path("eval", f"{stage}-{split}")
 
+    def ablation_dir(self, reward: str) -> Path:
+        """The reward ablation's RL run that trains on ``reward``."""
+        return self.path("ablation", reward)
+
     def open(self) -> None:
         """Create OUT with the config's fingerprint (``experiment.json``), or check it against
         the one there."""

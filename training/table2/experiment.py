@@ -21,11 +21,13 @@ import json
 import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from astra_agent.console import console
 from astra_agent.errors import ConfigError
 from eval.arenas.procedural import write_arenas
-from training.run import FINAL_DIR
+from training.run import CONVERTED_DIR, FINAL_DIR
 from training.table2.config import ExperimentConfig
 from training.table2.directory import MODELS, Experiment
 from training.table2.table import write_table
@@ -92,19 +94,35 @@ def stage_sft(x: Experiment) -> None:
     x.run("sft", "training.cli", "sft", "--config", str(recipe))
 
 
-def stage_rl(x: Experiment) -> None:
-    if (x.model_dir("rl") / "config.json").is_file():
+def _rl_from_sft(x: Experiment, name: str, out: Path, **extra: Any) -> None:
+    """``astra-train rl`` from the SFT checkpoint on the training arenas into ``out`` (done when
+    its converted checkpoint is there; a killed run resumes from its newest checkpoint)."""
+    if (out / CONVERTED_DIR / "config.json").is_file():
         return
     over = {
         "model": str(x.need(x.path("sft", FINAL_DIR), "sft")),
         "train_files": [str(x.need(x.path("arenas", "train.jsonl"), "arenas"))],
         "heldout_files": [],
         "eval_every": 0,
-        "output_dir": str(x.path("rl")),
+        "output_dir": str(out),
         **x.cfg.rl,
+        **extra,
     }
-    recipe = x.recipe("rl", x.cfg.rl_recipe, over)
-    x.run("rl", "training.cli", "rl", "--config", str(recipe))
+    recipe = x.recipe(name, x.cfg.rl_recipe, over)
+    x.run(name, "training.cli", "rl", "--config", str(recipe))
+
+
+def stage_rl(x: Experiment) -> None:
+    _rl_from_sft(x, "rl", x.path("rl"))
+
+
+def stage_ablation(x: Experiment) -> None:
+    """One RL run per reward of ``ablation.rewards``, each as ``rl`` but for its reward (and
+    ``ablation.steps``)."""
+    ab = x.cfg.ablation
+    steps = {"steps": ab.steps} if ab.steps else {}
+    for reward in ab.rewards:
+        _rl_from_sft(x, f"ablation-{reward}", x.ablation_dir(reward), reward=reward, **steps)
 
 
 def stage_eval(x: Experiment, stage: str) -> None:
@@ -187,6 +205,7 @@ RUNNERS: dict[str, Callable[[Experiment], None]] = {
     "sft": stage_sft,
     "rl": stage_rl,
     **{f"eval-{m}": functools.partial(stage_eval, stage=m) for m in MODELS},
+    "ablation": stage_ablation,
     "table": stage_table,
 }
 STAGES = tuple(RUNNERS)  # in the order they run

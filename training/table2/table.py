@@ -2,8 +2,9 @@
 reward and its 95% confidence interval, the fully solved share, and the paired tests of each
 stage against the one before it (``astra-eval compare``'s Wilcoxon signed-rank and McNemar),
 per set and pooled over the generated splits a–c. Written as ``OUT/table2.json`` and
-``OUT/table2.md``; the comparisons as ``OUT/compare/*.json``; the HTML report of every eval
-run and of the SFT and RL runs (their loss and reward curves) as ``OUT/report.html``."""
+``OUT/table2.md``; the comparisons as ``OUT/compare/*.json``; the reward ablation's runs step by
+step (tool calls per episode, solved share, F1); the HTML report of every eval run and of the
+SFT, RL and ablation runs (their loss, reward and calls curves) as ``OUT/report.html``."""
 
 from __future__ import annotations
 
@@ -120,12 +121,44 @@ def _diff(diffs: list[float], tests: list[dict[str, Any]]) -> dict[str, Any]:
     return {"n": len(diffs), "mean_diff": round(m, 4), "ci95": round(half, 4), "tests": tests}
 
 
+ABLATION_FIGURES = {  # the ablation's name of a figure: its key in metrics.jsonl
+    "calls": "calls_mean",
+    "solved": "solved",
+    "f1": "f1_mean",
+    "recall": "recall_mean",
+    "precision": "precision_mean",
+    "trained_reward": "reward_mean",
+}
+
+
+def ablation(x: Experiment) -> dict[str, list[dict[str, Any]]]:
+    """Each ablation run's rollouts step by step (the runs that logged a step): tool calls per
+    episode, solved share, ASTRA's F1 and its parts, and the reward it trained on. Step 1's
+    rollouts are sampled before any update: the SFT model's, the same in every run."""
+    from training.metrics import MetricsLog
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    for reward in x.cfg.ablation.rewards:
+        lines = MetricsLog.read(x.ablation_dir(reward) / "metrics.jsonl")
+        rows = [
+            {"step": m["step"], **{k: m.get(key) for k, key in ABLATION_FIGURES.items()}}
+            for m in lines
+            if isinstance(m.get("step"), int)
+        ]
+        if rows:
+            out[reward] = rows
+    return out
+
+
 def build_table(x: Experiment) -> dict[str, Any]:
     sets = [*x.cfg.eval.splits, *bfcl_sets(x)]
     cells = {st: {s: cell(run_dir(x, st, s), BFCL_SETS.get(s)) for s in sets} for st in MODELS}
     steps = itertools.pairwise(MODELS)  # each model against the one before it
     comparisons = {f"{b} vs {a}": paired(x, a, b, sets) for a, b in steps}
-    return {"sets": sets, "cells": cells, "comparisons": comparisons}
+    table = {"sets": sets, "cells": cells, "comparisons": comparisons}
+    if runs := ablation(x):
+        table["ablation"] = runs
+    return table
 
 
 def _p(tests: list[dict[str, Any]], name: str) -> str:
@@ -160,7 +193,46 @@ def render_markdown(table: dict[str, Any]) -> str:
                 f"| {name} | {SPLIT_TITLES.get(s, s)} | {d['n']} | {d['mean_diff']:+.3f} ± "
                 f"{d['ci95']:.3f} | {_p(d['tests'], 'Wilcoxon')} | {_p(d['tests'], 'McNemar')} |"
             )
+    if runs := table.get("ablation"):
+        lines += ["", *render_ablation(runs)]
     return "\n".join(lines) + "\n"
+
+
+def _fig(v: Any, digits: int) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def render_ablation(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The ablation as Markdown: where each run started and ended, then step by step."""
+    lines = [
+        "| trained on | steps | calls per episode | solved share | F1 | recall | precision |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for reward, rows in runs.items():
+        first, last = rows[0], rows[-1]
+        cols = [
+            f"{_fig(first[k], d)} → {_fig(last[k], d)}"
+            for k, d in (("calls", 2), ("solved", 3), ("f1", 3), ("recall", 3), ("precision", 3))
+        ]
+        lines.append(f"| {reward} | {len(rows)} | " + " | ".join(cols) + " |")
+    names = list(runs)
+    lines += [
+        "",
+        "| step | " + " | ".join(f"{r}: calls / solved / F1" for r in names) + " |",
+        "|---:|" + "---:|" * len(names),
+    ]
+    steps = sorted({row["step"] for rows in runs.values() for row in rows})
+    for step in steps:
+        cells = []
+        for r in names:
+            row = next((row for row in runs[r] if row["step"] == step), None)
+            cells.append(
+                "–"
+                if row is None
+                else f"{_fig(row['calls'], 2)} / {_fig(row['solved'], 3)} / {_fig(row['f1'], 3)}"
+            )
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def write_table(x: Experiment) -> dict[str, Any]:
@@ -180,7 +252,9 @@ def write_table(x: Experiment) -> dict[str, Any]:
             if (run_dir(x, st, s) / "summary.json").is_file()
         )
     )
-    runs += [str(x.path(t)) for t in ("sft", "rl") if (x.path(t) / "metrics.jsonl").is_file()]
+    trained = [x.path(t) for t in ("sft", "rl")]
+    trained += [x.ablation_dir(r) for r in x.cfg.ablation.rewards]
+    runs += [str(p) for p in trained if (p / "metrics.jsonl").is_file()]
     if runs:
         x.run(
             "table",
