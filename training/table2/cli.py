@@ -68,12 +68,17 @@ def run_cmd(
     overrides: dict[str, Any],
 ) -> None:
     """Run the experiment (or some of its stages): arenas, model, replay, data, sft, rl,
-    eval-base, eval-sft, eval-rl, table. A stage already complete is skipped; after a kill the
-    same command continues; another config in the same --out is refused.
+    eval-base, eval-sft, eval-rl, ablation, table. A stage already complete is skipped; after a
+    kill the same command continues; another config in the same --out is refused. The
+    ablation stage runs only where ablation.rewards names rewards.
 
     Example: astra-train table2 run --config training/recipes/table2-smollm2-cpu.yaml
 
     Example: astra-train table2 run -c training/recipes/table2-smollm2-cpu.yaml --stages table
+
+    Example (the reward ablation): astra-train table2 run -c
+    training/recipes/table2-general-cpu.yaml --set "ablation.rewards=[f1, recall, precision]"
+    --stages arenas,model,replay,data,sft,ablation,table
     """
     from training.table2.config import load_experiment
     from training.table2.experiment import run_experiment
