@@ -221,16 +221,14 @@ def render_ablation(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
         "| step | " + " | ".join(f"{r}: calls / solved / F1" for r in names) + " |",
         "|---:|" + "---:|" * len(names),
     ]
-    steps = sorted({row["step"] for rows in runs.values() for row in rows})
-    for step in steps:
-        cells = []
-        for r in names:
-            row = next((row for row in runs[r] if row["step"] == step), None)
-            cells.append(
-                "–"
-                if row is None
-                else f"{_fig(row['calls'], 2)} / {_fig(row['solved'], 3)} / {_fig(row['f1'], 3)}"
-            )
+    by_step = {r: {row["step"]: row for row in rows} for r, rows in runs.items()}
+    for step in sorted({step for rows in by_step.values() for step in rows}):
+        cells = [
+            f"{_fig(row['calls'], 2)} / {_fig(row['solved'], 3)} / {_fig(row['f1'], 3)}"
+            if (row := by_step[r].get(step))
+            else "–"
+            for r in names
+        ]
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
     return lines
 
