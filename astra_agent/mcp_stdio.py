@@ -20,6 +20,7 @@ into an error result for the model.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -168,6 +169,17 @@ def _signal_group(process: Process, sig: int) -> None:
         os.killpg(process.pid, sig)  # the server leads its own session: its children too
 
 
+def _kill_started(start: asyncio.Future[Process]) -> None:
+    """A start whose caller was cancelled: its server, once started, is killed with its group."""
+    if start.cancelled() or start.exception() is not None:
+        return
+    process = start.result()
+    _signal_group(process, signal.SIGKILL)
+    transport = getattr(getattr(process, "_process", None), "_transport", None)
+    with contextlib.suppress(Exception):
+        transport.close()  # type: ignore[union-attr]
+
+
 async def stop_process(process: Process, grace_s: float) -> None:
     """Close stdin; after ``grace_s`` SIGTERM the group; after TERM_GRACE_S SIGKILL it."""
     with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -206,13 +218,24 @@ async def stdio_transport(
 
     state = state if state is not None else {}
     state["eof"] = False
-    process = await anyio.open_process(
-        argv,
-        env=get_default_environment() | (env or {}),
-        stderr=errlog,
-        cwd=cwd,
-        start_new_session=True,
+    # The start itself is never cancelled: Python 3.11's asyncio, cancelled while it connects a
+    # new process's pipes, kills only that pid and then waits for pipes its children may hold
+    # (a launcher such as npx or a shell: the caller hung for good). A cancelled caller's
+    # server is killed as a group once it exists.
+    start = asyncio.ensure_future(
+        anyio.open_process(
+            argv,
+            env=get_default_environment() | (env or {}),
+            stderr=errlog,
+            cwd=cwd,
+            start_new_session=True,
+        )
     )
+    try:
+        process = await asyncio.shield(start)
+    except asyncio.CancelledError:
+        start.add_done_callback(_kill_started)
+        raise
     read_w, read_r = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_w, write_r = anyio.create_memory_object_stream[SessionMessage](0)
     grace = CLOSE_GRACE_S

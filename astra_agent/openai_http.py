@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -234,6 +235,12 @@ class _HTTPServer(ThreadingHTTPServer):
         self.keep_requests = keep_requests
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up before its answer (it timed out) is no error of the server's;
+        anything else is printed, as the standard library does."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def http_server(host: str, port: int, script: Script, model: str) -> ThreadingHTTPServer:

@@ -305,7 +305,17 @@ class Sandbox:
                     tmp_bytes=self.limits.tmp_bytes,
                     seccomp_fd=fds[0] if fds else None,
                 )
-            self._proc = await asyncio.create_subprocess_exec(
+        except BaseException:
+            if fds:
+                os.close(fds[0])
+            raise
+        # The start itself is never cancelled: Python 3.11's asyncio, cancelled while it
+        # connects a new process's pipes, kills only that pid and then waits for the pipes to
+        # close, and bubblewrap killed that early can leave its child behind holding them (a
+        # cancelled start hung a CI run for 50 minutes). A cancelled caller's process is killed
+        # as a group once it exists.
+        spawn = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
                 *cmd,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -314,9 +324,14 @@ class Sandbox:
                 limit=64 * self.limits.output_cap_chars + (1 << 20),
                 pass_fds=fds[:1] if fds else (),
             )
-        finally:
-            if fds:
-                os.close(fds[0])
+        )
+        if fds:
+            spawn.add_done_callback(lambda _: os.close(fds[0]))
+        try:
+            self._proc = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            spawn.add_done_callback(_kill_spawned)
+            raise
         msg = {"op": "load", "tools": self.sources, "skip": self._skip}
         try:
             reply = await self._request(self._next(msg), self._load_timeout())
@@ -426,19 +441,14 @@ class Sandbox:
     def _kill_now(self) -> None:
         """Kill the worker without waiting (its transport reaps it)."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        _close_stdin(proc)
+        if proc is not None:
+            _kill_group(proc)
 
     async def _kill(self) -> int | None:
         proc, self._proc = self._proc, None
         if proc is None:
             return None
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        _close_stdin(proc)
+        _kill_group(proc)
         with contextlib.suppress(Exception):
             return await asyncio.wait_for(proc.wait(), 5)
         return None
@@ -455,6 +465,21 @@ class Sandbox:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the worker's whole process group (bubblewrap and any child it has made), then
+    close its stdin: a worker that outlived the signal reads the end of its input and exits."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    _close_stdin(proc)
+
+
+def _kill_spawned(spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    """A start whose caller was cancelled: its process, once started, is killed."""
+    if not spawn.cancelled() and spawn.exception() is None:
+        _kill_group(spawn.result())
 
 
 def _close_stdin(proc: asyncio.subprocess.Process | None) -> None:

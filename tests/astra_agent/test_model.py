@@ -446,3 +446,27 @@ def test_a_body_encodes_as_json_dumps_writes_it_with_its_tools_kept() -> None:
     same({"model": "m", "tools": tools, "extra": {"nan": float("nan")}})
     same({"model": "m", "messages": messages})  # no tools
     same({"model": "m", "tools": tools, 1: "a key json.dumps turns into a string"})  # type: ignore[dict-item]
+
+
+def test_a_client_that_hangs_up_before_its_answer_prints_nothing_on_the_server(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A client that times out closes its socket; the scripted server's late answer then meets
+    a broken pipe: not the server's error, so no traceback on the test run's output."""
+    body = json.dumps({"model": "scripted", "messages": [{"role": "user", "content": "x"}]})
+    with ScriptedServer([Reply(content="late", delay_s=0.5)] * 2) as srv:
+        port = int(srv.base_url.split(":")[2].split("/")[0])
+        for _ in range(2):
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(
+                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+                )
+                sock.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                )
+            time.sleep(0.8)  # the answer is written to a connection reset by its client
+        assert len(srv.requests) == 2
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Broken pipe" not in err, err

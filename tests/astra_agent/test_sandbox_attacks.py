@@ -7,11 +7,14 @@ the seccomp filter and the supervisor still hold.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -290,6 +293,71 @@ async def test_a_cancelled_start_leaves_a_sandbox_that_starts_again() -> None:
         r = await sb.call("counter", {})
         assert r.ok and r.value == 1, r
     finally:
+        await sb.close()
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for d in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if d.name.isdigit() and marker.encode() in (d / "cmdline").read_bytes():
+                found.append(int(d.name))
+    return found
+
+
+async def test_a_start_cancelled_while_its_process_starts_ends_and_leaves_no_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Cancelled while asyncio connects the new process's pipes: Python 3.11 then kills only
+    that pid and waits for the pipes to close, and bubblewrap killed that early can leave a
+    child holding them (a cancelled start hung a CI run). Here the child is made on purpose: a
+    ``sleep`` beside bubblewrap, in its process group, holding its stdout."""
+    import astra_agent.sandbox as sandbox_mod
+
+    marker = f"600.{os.getpid()}{time.monotonic_ns() % 10**6}"
+    real_command = sandbox_mod.bwrap_command
+
+    def with_a_child(*args: Any, **kwargs: Any) -> list[str]:
+        return ["sh", "-c", f'sleep {marker} & exec "$@"', "sh", *real_command(*args, **kwargs)]
+
+    monkeypatch.setattr(sandbox_mod, "bwrap_command", with_a_child)
+    loop = asyncio.get_running_loop()
+    connect = loop.connect_write_pipe
+
+    connecting = asyncio.Event()  # the pipes wait until the start is cancelled
+
+    async def slow_connect(*args: Any, **kwargs: Any) -> Any:
+        await connecting.wait()
+        return await connect(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "connect_write_pipe", slow_connect)
+    sb = Sandbox({"counter": COUNTER}, LIMITS)
+    start = asyncio.ensure_future(sb.start())
+    try:
+        for _ in range(200):  # the process runs; asyncio is connecting its pipes
+            if _processes_with(marker):
+                break
+            await asyncio.sleep(0.05)
+        assert _processes_with(marker), "the test's child did not start"
+        start.cancel()
+        await asyncio.sleep(0)
+        connecting.set()
+        done, _ = await asyncio.wait({start}, timeout=20)
+        assert done, "a start cancelled while its pipes were connected never ended"
+        assert start.cancelled()
+        for _ in range(50):
+            if not _processes_with(marker):
+                break
+            await asyncio.sleep(0.1)
+        assert not _processes_with(marker), "the cancelled start left its process group"
+        monkeypatch.undo()
+        r = await sb.call("counter", {})
+        assert r.ok and r.value == 1, r
+    finally:
+        for pid in _processes_with(marker):  # a failure must not leave the wait hanging
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        await asyncio.wait({start}, timeout=20)
         await sb.close()
 
 
