@@ -122,7 +122,8 @@ class ChatResponder:
         that then holds no well-formed call (of an offered tool, arguments a JSON object; of the
         named one) is not returned as text: it is a 500 naming ``tool_choice`` (vLLM's grammar
         cannot fail so; this server's model can). A reply cut by ``max_tokens`` comes back as it
-        is, ``finish_reason: length``, as vLLM returns it. Finish reasons are vLLM's:
+        is, ``finish_reason: length``, as vLLM returns it; a call it cut short is text, not a
+        call. Finish reasons are vLLM's:
         ``tool_calls`` for ``required``, ``stop`` for a named tool."""
         ids = await asyncio.to_thread(self.render, req)
         room = self.max_model_len - len(ids)
@@ -141,6 +142,11 @@ class ChatResponder:
             text = text.removesuffix(stop)
         forced = opening is not None and finish != "length"
         reasoning, content, calls = _reply_parts(req, text, thinks=self.thinks, forced=forced)
+        if finish == "length" and any(_malformed(c) for c in calls):
+            # A call cut by max_tokens is no call: the reply is text, as vLLM's hermes parser
+            # returns a reply whose last <tool_call> is unfinished.
+            reasoning, content = _split_reasoning(text, thinks=self.thinks)
+            calls = []
         named = isinstance(req.tool_choice, NamedToolChoice)
         return Reply(
             content=content or (None if calls else ""),
@@ -306,6 +312,14 @@ def _forced_calls(req: ChatRequest, calls: list[ToolCall], text: str) -> list[To
         status=500,
         type="InternalServerError",
     )
+
+
+def _malformed(call: ToolCall) -> bool:
+    """A call whose arguments are not a JSON object (cut short, or not JSON at all)."""
+    try:
+        return not isinstance(json.loads(call.arguments), dict) or call.name == "?"
+    except ValueError:
+        return True
 
 
 def _bad_call(call: ToolCall, offered: set[str], wanted: str | None) -> str | None:

@@ -254,6 +254,8 @@ async def test_a_reply_cut_by_max_tokens_comes_back_as_it_is(
     double = scripted("<think>\nOk.\n</think>", '{"city": "Rome", "unit": "celsius", "more": 1}')
     cut = await responder.answer(_request(tool_choice=NAMED, max_tokens=30))
     assert cut.finish_reason == "length" and cut.completion_tokens == 30
+    # the call it cut short is no call (a client would fail on its arguments): it is text
+    assert cut.tool_calls == [] and cut.content and cut.content.startswith("<tool_call>"), cut
     assert double.calls[1][1].max_tokens == 30 - (len(double.calls[1][0]) - len(double.calls[0][0]))
 
 
