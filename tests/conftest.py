@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -10,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -119,6 +121,64 @@ def signal_state(pid: int) -> str:
     return f"pid {pid} state {fields.get('State', '?').strip()}: " + " ".join(
         f"{k} {names(fields[k])}" for k in ("SigIgn", "SigBlk", "SigCgt") if k in fields
     )
+
+
+def pids_with(marker: str) -> list[int]:
+    """The processes whose command line holds ``marker``."""
+    found = []
+    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if marker.encode() in cmd.read_bytes():
+                found.append(int(cmd.parent.name))
+    return found
+
+
+def sleep_marker() -> str:
+    """A ``sleep`` duration no other process's command line holds (600 s and a bit)."""
+    return f"600.{os.getpid()}{time.monotonic_ns() % 10**6}"
+
+
+async def cancel_inside_pipe_connection(
+    start: Callable[[], Awaitable[Any]], marker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run ``start()`` (which starts a process whose group holds a child with ``marker`` in its
+    command line, and that child the process's pipes), cancel it while asyncio is connecting
+    the pipes (held there until then), and check that the cancelled start ends and leaves no
+    child. Python 3.11 waits for such pipes for ever: a failure here must not hang, so the
+    child is killed at the end whatever happened."""
+    loop = asyncio.get_running_loop()
+    connect = loop.connect_write_pipe
+    connecting = asyncio.Event()  # the pipes wait until the start is cancelled
+
+    async def held_connect(*args: Any, **kwargs: Any) -> Any:
+        await connecting.wait()
+        return await connect(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "connect_write_pipe", held_connect)
+    task = asyncio.ensure_future(start())
+    try:
+        for _ in range(200):  # the process runs; asyncio is connecting its pipes
+            if pids_with(marker):
+                break
+            await asyncio.sleep(0.05)
+        assert pids_with(marker), "the test's child did not start"
+        task.cancel()
+        await asyncio.sleep(0)
+        connecting.set()
+        done, _ = await asyncio.wait({task}, timeout=20)
+        assert done, "a start cancelled while its pipes were connected never ended"
+        assert task.cancelled()
+        for _ in range(50):
+            if not pids_with(marker):
+                break
+            await asyncio.sleep(0.1)
+        assert not pids_with(marker), "the cancelled start left its process group running"
+    finally:
+        for pid in pids_with(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        await asyncio.wait({task}, timeout=20)
+        monkeypatch.setattr(loop, "connect_write_pipe", connect)
 
 
 def free_port() -> int:

@@ -5,11 +5,8 @@ error replies, invalid tool names, results over the size cap."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import http.server
 import logging
-import os
-import signal
 import sys
 import threading
 import time
@@ -29,6 +26,7 @@ from astra_agent.model import ChatModel, ModelConfig
 from astra_agent.schema import _registry, compile_schema, schema_error
 from astra_agent.testing.mcp_faults import BAD_NAMES, RPC_ERRORS
 from astra_agent.testing.scripted_server import Reply, ScriptedServer
+from tests.conftest import cancel_inside_pipe_connection, sleep_marker
 
 FAULTS = [sys.executable, "-m", "astra_agent.testing.mcp_faults"]
 
@@ -390,52 +388,11 @@ async def test_a_server_start_cancelled_while_its_pipes_connect_ends_and_stops_i
     """Cancelled while asyncio connects the new process's pipes, Python 3.11 kills only that pid
     and waits for pipes its children hold: a server launcher (npx, uvx, a shell) with a child
     hung the caller for good. The start runs to its end; then the whole group stops."""
-    marker = f"600.{os.getpid()}{time.monotonic_ns() % 10**6}"
-
-    def with_marker() -> list[int]:
-        found = []
-        for cmd in Path("/proc").glob("[0-9]*/cmdline"):
-            with contextlib.suppress(OSError):
-                if marker.encode() in cmd.read_bytes():
-                    found.append(int(cmd.parent.name))
-        return found
-
-    loop = asyncio.get_running_loop()
-    connect = loop.connect_write_pipe
-
-    connecting = asyncio.Event()  # the pipes wait until the start is cancelled
-
-    async def slow_connect(*args: Any, **kwargs: Any) -> Any:
-        await connecting.wait()
-        return await connect(*args, **kwargs)
-
-    monkeypatch.setattr(loop, "connect_write_pipe", slow_connect)
+    marker = sleep_marker()
 
     async def serve() -> None:
         argv = ["sh", "-c", f"sleep {marker} & exec cat"]
         async with stdio_transport(argv, env=None, cwd=None, errlog=sys.stderr):
             await asyncio.sleep(60)
 
-    task = asyncio.ensure_future(serve())
-    try:
-        for _ in range(200):  # the server runs; asyncio is connecting its pipes
-            if with_marker():
-                break
-            await asyncio.sleep(0.05)
-        assert with_marker(), "the test's child did not start"
-        task.cancel()
-        await asyncio.sleep(0)
-        connecting.set()
-        done, _ = await asyncio.wait({task}, timeout=20)
-        assert done, "a server start cancelled while its pipes connected never ended"
-        assert task.cancelled()
-        for _ in range(50):
-            if not with_marker():
-                break
-            await asyncio.sleep(0.1)
-        assert not with_marker(), "the cancelled start left the server's child running"
-    finally:
-        for pid in with_marker():  # a failure must not leave the wait hanging
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        await asyncio.wait({task}, timeout=20)
+    await cancel_inside_pipe_connection(serve, marker, monkeypatch)

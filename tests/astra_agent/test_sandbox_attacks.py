@@ -7,9 +7,7 @@ the seccomp filter and the supervisor still hold.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +19,7 @@ import pytest
 from astra_agent.errors import ConfigError
 from astra_agent.sandbox import Sandbox, SandboxLimits
 from tests.astra_agent.sandboxes import next_call_survives
+from tests.conftest import cancel_inside_pipe_connection, sleep_marker
 
 pytestmark = [
     pytest.mark.integration,
@@ -296,15 +295,6 @@ async def test_a_cancelled_start_leaves_a_sandbox_that_starts_again() -> None:
         await sb.close()
 
 
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for d in Path("/proc").iterdir():
-        with contextlib.suppress(OSError):
-            if d.name.isdigit() and marker.encode() in (d / "cmdline").read_bytes():
-                found.append(int(d.name))
-    return found
-
-
 async def test_a_start_cancelled_while_its_process_starts_ends_and_leaves_no_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -314,50 +304,20 @@ async def test_a_start_cancelled_while_its_process_starts_ends_and_leaves_no_pro
     ``sleep`` beside bubblewrap, in its process group, holding its stdout."""
     import astra_agent.sandbox as sandbox_mod
 
-    marker = f"600.{os.getpid()}{time.monotonic_ns() % 10**6}"
+    marker = sleep_marker()
     real_command = sandbox_mod.bwrap_command
 
     def with_a_child(*args: Any, **kwargs: Any) -> list[str]:
         return ["sh", "-c", f'sleep {marker} & exec "$@"', "sh", *real_command(*args, **kwargs)]
 
     monkeypatch.setattr(sandbox_mod, "bwrap_command", with_a_child)
-    loop = asyncio.get_running_loop()
-    connect = loop.connect_write_pipe
-
-    connecting = asyncio.Event()  # the pipes wait until the start is cancelled
-
-    async def slow_connect(*args: Any, **kwargs: Any) -> Any:
-        await connecting.wait()
-        return await connect(*args, **kwargs)
-
-    monkeypatch.setattr(loop, "connect_write_pipe", slow_connect)
     sb = Sandbox({"counter": COUNTER}, LIMITS)
-    start = asyncio.ensure_future(sb.start())
     try:
-        for _ in range(200):  # the process runs; asyncio is connecting its pipes
-            if _processes_with(marker):
-                break
-            await asyncio.sleep(0.05)
-        assert _processes_with(marker), "the test's child did not start"
-        start.cancel()
-        await asyncio.sleep(0)
-        connecting.set()
-        done, _ = await asyncio.wait({start}, timeout=20)
-        assert done, "a start cancelled while its pipes were connected never ended"
-        assert start.cancelled()
-        for _ in range(50):
-            if not _processes_with(marker):
-                break
-            await asyncio.sleep(0.1)
-        assert not _processes_with(marker), "the cancelled start left its process group"
+        await cancel_inside_pipe_connection(sb.start, marker, monkeypatch)
         monkeypatch.undo()
         r = await sb.call("counter", {})
         assert r.ok and r.value == 1, r
     finally:
-        for pid in _processes_with(marker):  # a failure must not leave the wait hanging
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        await asyncio.wait({start}, timeout=20)
         await sb.close()
 
 
